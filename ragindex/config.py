@@ -1,0 +1,168 @@
+"""The one configuration model: the RagIndex spec, the Serve app config and the CLI defaults.
+
+The CRD's openAPI schema, the operator's renderer and the local runtime all read this model,
+so a field means the same thing everywhere. Field names are camelCase aliases in the CRD and
+snake_case in Python. Cross-field rules live in `model_validator`s here and are mirrored as CEL
+rules in the CRD.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid", populate_by_name=True, alias_generator=to_camel, frozen=True
+    )
+
+
+class EmbedderSpec(_Spec):
+    backend: Literal["sentence-transformers", "flagembedding"] = Field(
+        "sentence-transformers", description="Library that loads and runs the embedding model."
+    )
+    model: str = Field(
+        "all-MiniLM-L6-v2",
+        description="Model name, or a local path. 'all-MiniLM-L6-v2' loads the packaged weights.",
+    )
+    query_prefix: str = Field("", description="Text prepended to queries (e.g. 'query: ').")
+    passage_prefix: str = Field("", description="Text prepended to passages.")
+    batch_size: int = Field(16, ge=1, le=1024, description="Passages per embedding batch.")
+    replicas: int = Field(1, ge=1, description="Embedder replicas when autoscaling is off.")
+    gpus: float = Field(0, ge=0, description="GPUs per embedder replica (0 runs on CPU).")
+
+
+class RerankerSpec(_Spec):
+    enabled: bool = Field(False, description="Rerank the fused candidates with a cross-encoder.")
+    backend: Literal["sentence-transformers", "flagembedding"] = Field(
+        "sentence-transformers", description="Library that loads the cross-encoder."
+    )
+    model: str = Field("", description="Path or name of the cross-encoder model.")
+    top_n: int = Field(50, ge=1, le=1000, description="Fused candidates sent to the reranker.")
+    replicas: int = Field(1, ge=1, description="Reranker replicas when autoscaling is off.")
+    gpus: float = Field(0, ge=0, description="GPUs per reranker replica.")
+
+    @model_validator(mode="after")
+    def _model_when_enabled(self) -> RerankerSpec:
+        if self.enabled and not self.model:
+            raise ValueError("reranker.model is required when reranker.enabled is true")
+        return self
+
+
+class HnswSpec(_Spec):
+    m: int = Field(32, ge=4, le=256, description="HNSW graph degree (M).")
+    ef_construction: int = Field(200, ge=8, le=4096, description="HNSW efConstruction.")
+    ef_search: int = Field(128, ge=1, le=4096, description="HNSW efSearch at query time.")
+
+
+class DenseSpec(_Spec):
+    shards: int = Field(2, ge=1, le=256, description="Dense shards; chunks spread by stable hash.")
+    replicas: int = Field(1, ge=1, le=64, description="Replicas of each shard.")
+    hnsw: HnswSpec = Field(default_factory=HnswSpec, description="HNSW parameters.")
+    exact_threshold: int = Field(
+        20_000,
+        ge=0,
+        description="A tenant partition with at most this many vectors is searched exactly"
+        " (flat index); above it, by HNSW. Small tenants stay exact at tiny cost.",
+    )
+
+
+class LexicalSpec(_Spec):
+    backend: Literal["embedded", "elasticsearch"] = Field(
+        "embedded", description="'embedded' (tantivy on local disk) or 'elasticsearch'."
+    )
+    elasticsearch_url: str | None = Field(
+        None, description="External Elasticsearch URL; unset with backend elasticsearch = managed."
+    )
+    managed_nodes: int = Field(
+        1, ge=1, le=100, description="Nodes of the managed (ECK) Elasticsearch cluster."
+    )
+    request_timeout_s: float = Field(
+        2.0, gt=0, le=60, description="Timeout of one BM25 request; never hang past it."
+    )
+    on_unavailable: Literal["error", "dense-only"] = Field(
+        "error", description="When the BM25 backend is down: fail the search or return dense-only."
+    )
+
+    @model_validator(mode="after")
+    def _url_only_for_elasticsearch(self) -> LexicalSpec:
+        if self.elasticsearch_url and self.backend != "elasticsearch":
+            raise ValueError("lexical.elasticsearchUrl is only valid with backend elasticsearch")
+        return self
+
+
+class FusionSpec(_Spec):
+    rrf_k: int = Field(60, ge=1, le=1000, description="RRF constant k in 1 / (k + rank).")
+    candidates: int = Field(100, ge=1, le=1000, description="Hits each leg fetches before fusion.")
+    top_k: int = Field(8, ge=1, le=100, description="Hits returned by default.")
+
+    @model_validator(mode="after")
+    def _candidates_cover_top_k(self) -> FusionSpec:
+        if self.candidates < self.top_k:
+            raise ValueError("fusion.candidates must be >= fusion.topK")
+        return self
+
+
+class ChunkingSpec(_Spec):
+    strategy: Literal["structure", "window", "parent-child"] = Field(
+        "structure", description="How documents are cut into chunks."
+    )
+    max_tokens: int = Field(
+        200, ge=16, le=8192, description="Chunk size in the embedder's own tokens."
+    )
+    overlap: float = Field(
+        0.125, ge=0, le=0.5, description="Window overlap as a share of max_tokens."
+    )
+
+
+class AutoscalingSpec(_Spec):
+    min_replicas: int = Field(1, ge=0, le=1000, description="Lower bound of replicas.")
+    max_replicas: int = Field(4, ge=1, le=1000, description="Upper bound of replicas.")
+    target_ongoing_requests: float = Field(
+        2, gt=0, description="Ongoing requests per replica the autoscaler aims for."
+    )
+
+    @model_validator(mode="after")
+    def _bounds(self) -> AutoscalingSpec:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError("autoscaling minReplicas must be <= maxReplicas")
+        return self
+
+
+class ScalingSpec(_Spec):
+    query: AutoscalingSpec = Field(
+        default_factory=AutoscalingSpec, description="Router, embedder and reranker replicas."
+    )
+    ingest: AutoscalingSpec = Field(
+        default_factory=lambda: AutoscalingSpec(min_replicas=1, max_replicas=2),
+        description="Ingest workers, scaled apart from the query path.",
+    )
+
+
+class RagIndexSpec(_Spec):
+    """The RagIndex spec: everything needed to render and run one index."""
+
+    embedder: EmbedderSpec = Field(default_factory=EmbedderSpec, description="Embedding model.")
+    reranker: RerankerSpec = Field(default_factory=RerankerSpec, description="Cross-encoder.")
+    dense: DenseSpec = Field(default_factory=DenseSpec, description="Dense FAISS shards.")
+    lexical: LexicalSpec = Field(default_factory=LexicalSpec, description="BM25 leg.")
+    fusion: FusionSpec = Field(default_factory=FusionSpec, description="Rank fusion.")
+    chunking: ChunkingSpec = Field(default_factory=ChunkingSpec, description="Chunking.")
+    scaling: ScalingSpec = Field(default_factory=ScalingSpec, description="Autoscaling.")
+    freshness_s: float = Field(
+        2.0, gt=0, le=300, description="Bound on upsert-to-searchable on every replica."
+    )
+    auth_secret: str | None = Field(
+        None, description="Secret holding hashed API tokens (cluster runtime)."
+    )
+    storage_size: str = Field("10Gi", description="Persistent volume size per shard replica.")
+    data_dir: str = Field("/data/ragindex", description="Where indexes live inside a replica.")
+
+    @model_validator(mode="after")
+    def _rerank_fits_candidates(self) -> RagIndexSpec:
+        if self.reranker.enabled and self.reranker.top_n < self.fusion.top_k:
+            raise ValueError("reranker.topN must be >= fusion.topK")
+        return self
