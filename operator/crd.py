@@ -1,0 +1,269 @@
+"""The RagIndex CustomResourceDefinition, generated from `ragindex.config.RagIndexSpec`.
+
+The pydantic model is the one schema: the CRD's openAPI v3 schema is derived from its JSON
+schema (by alias, $refs inlined, converted to a Kubernetes structural schema), and the
+cross-field `model_validator`s are mirrored as CEL rules, so the API server refuses what the
+operator would refuse. `python -m ragindex.operator.crd > crds/ragindex.dev_ragindexes.yaml`
+writes the committed file; a test keeps the two equal. Imports only the core (no kopf).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import yaml
+from pydantic import BaseModel
+
+from ragindex.config import RagIndexSpec
+
+GROUP = "ragindex.dev"
+VERSION = "v1alpha1"
+KIND = "RagIndex"
+PLURAL = "ragindexes"
+SINGULAR = "ragindex"
+SHORT_NAMES = ["ragx", "ri"]
+CRD_NAME = f"{PLURAL}.{GROUP}"
+
+# JSON-schema keywords that carry over to openAPI v3 unchanged.
+_KEPT = ("type", "description", "enum", "minimum", "maximum", "minLength", "maxLength", "pattern")
+
+# Cross-field rules of config.py's model_validators, keyed by the model that owns them.
+# Fields always exist here because every object has a default, but `has()` guards keep the
+# rules correct for objects stored before a default was added.
+_CEL: dict[str, list[dict[str, str]]] = {
+    "RerankerSpec": [
+        {
+            "rule": "!has(self.enabled) || !self.enabled"
+            " || (has(self.model) && size(self.model) > 0)",
+            "message": "reranker.model is required when reranker.enabled is true",
+            "fieldPath": ".model",
+            "reason": "FieldValueRequired",
+        }
+    ],
+    "LexicalSpec": [
+        {
+            "rule": "!has(self.elasticsearchUrl) || size(self.elasticsearchUrl) == 0"
+            " || (has(self.backend) && self.backend == 'elasticsearch')",
+            "message": "lexical.elasticsearchUrl is only valid with backend elasticsearch",
+            "fieldPath": ".elasticsearchUrl",
+            "reason": "FieldValueForbidden",
+        }
+    ],
+    "FusionSpec": [
+        {
+            "rule": "!has(self.candidates) || !has(self.topK) || self.candidates >= self.topK",
+            "message": "fusion.candidates must be >= fusion.topK",
+            "fieldPath": ".candidates",
+            "reason": "FieldValueInvalid",
+        }
+    ],
+    "AutoscalingSpec": [
+        {
+            "rule": "!has(self.minReplicas) || !has(self.maxReplicas)"
+            " || self.minReplicas <= self.maxReplicas",
+            "message": "autoscaling minReplicas must be <= maxReplicas",
+            "fieldPath": ".minReplicas",
+            "reason": "FieldValueInvalid",
+        }
+    ],
+    "RagIndexSpec": [
+        {
+            "rule": "!has(self.reranker) || !has(self.fusion) || !has(self.reranker.enabled)"
+            " || !self.reranker.enabled || !has(self.reranker.topN) || !has(self.fusion.topK)"
+            " || self.reranker.topN >= self.fusion.topK",
+            "message": "reranker.topN must be >= fusion.topK",
+            "fieldPath": ".reranker.topN",
+            "reason": "FieldValueInvalid",
+        }
+    ],
+}
+
+
+def _nested_model(model: type[BaseModel], alias: str) -> tuple[type[BaseModel], Any]:
+    """The sub-model behind an aliased field and its default, dumped as the CRD sees it."""
+    for name, field in model.model_fields.items():
+        if (field.alias or name) == alias:
+            sub = field.annotation
+            if not (isinstance(sub, type) and issubclass(sub, BaseModel)):
+                raise TypeError(f"{model.__name__}.{name} is not a nested model")
+            default = field.get_default(call_default_factory=True)
+            # Only what differs from the sub-model's own defaults: the API server fills the
+            # rest from the nested schema, so the CRD stays short and has one source per value.
+            return sub, default.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+    raise KeyError(f"{model.__name__} has no field with alias {alias!r}")
+
+
+def _property(node: dict[str, Any]) -> dict[str, Any]:
+    """One scalar JSON-schema property as structural openAPI v3."""
+    variants = [v for v in node.get("anyOf", []) if v.get("type") != "null"]
+    if variants:
+        # `str | None`: Kubernetes prunes nulls of non-nullable fields, and absent means None
+        # to pydantic, so the plain type is the exact equivalent.
+        if len(variants) != 1:
+            raise ValueError(f"union types have no structural form: {node}")
+        node = {**variants[0], **{k: v for k, v in node.items() if k != "anyOf"}}
+    out = {k: node[k] for k in _KEPT if k in node}
+    if "exclusiveMinimum" in node:
+        out["minimum"] = node["exclusiveMinimum"]
+        out["exclusiveMinimum"] = True
+    if "exclusiveMaximum" in node:
+        out["maximum"] = node["exclusiveMaximum"]
+        out["exclusiveMaximum"] = True
+    if node.get("default") is not None:
+        out["default"] = node["default"]
+    if "type" not in out:
+        raise ValueError(f"property without a type has no structural form: {node}")
+    return out
+
+
+def _object(
+    model: type[BaseModel],
+    node: dict[str, Any],
+    defs: dict[str, Any],
+    description: str | None = None,
+    default: Any = None,
+) -> dict[str, Any]:
+    """A pydantic model's JSON schema as a structural object schema with its CEL rules."""
+    out: dict[str, Any] = {"type": "object"}
+    if description or "description" in node:
+        out["description"] = description or node["description"]
+    if default is not None:
+        out["default"] = default
+    properties: dict[str, Any] = {}
+    for alias, prop in node["properties"].items():
+        ref = prop.get("$ref")
+        if ref is None:
+            properties[alias] = _property(prop)
+            continue
+        sub_model, default = _nested_model(model, alias)
+        sub_node = defs[ref.rsplit("/", 1)[-1]]
+        properties[alias] = _object(sub_model, sub_node, defs, prop.get("description"), default)
+    out["properties"] = properties
+    if node.get("required"):
+        out["required"] = list(node["required"])
+    if model.__name__ in _CEL:
+        out["x-kubernetes-validations"] = [dict(r) for r in _CEL[model.__name__]]
+    return out
+
+
+def spec_schema() -> dict[str, Any]:
+    """The structural openAPI v3 schema of `.spec`, from RagIndexSpec."""
+    js = RagIndexSpec.model_json_schema(by_alias=True, mode="validation")
+    # `default: {}` lets a RagIndex without a spec be fully defaulted by the API server.
+    return _object(RagIndexSpec, js, js.get("$defs", {}), default={})
+
+
+def _status_schema() -> dict[str, Any]:
+    condition = {
+        "type": "object",
+        "required": ["type", "status"],
+        "properties": {
+            "type": {"type": "string", "description": "Ready, Reconciled or Degraded."},
+            "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
+            "reason": {"type": "string", "description": "CamelCase reason of the last change."},
+            "message": {"type": "string", "description": "Human-readable detail."},
+            "lastTransitionTime": {
+                "type": "string",
+                "format": "date-time",
+                "description": "When the status last flipped.",
+            },
+            "observedGeneration": {"type": "integer", "format": "int64", "minimum": 0},
+        },
+    }
+    return {
+        "type": "object",
+        "description": "Observed state, written by the operator only.",
+        "properties": {
+            "observedGeneration": {
+                "type": "integer",
+                "format": "int64",
+                "description": "metadata.generation the operator last reconciled.",
+            },
+            "conditions": {
+                "type": "array",
+                "description": "Kubernetes-style conditions, one per type.",
+                "items": condition,
+                "x-kubernetes-list-type": "map",
+                "x-kubernetes-list-map-keys": ["type"],
+            },
+            "endpoint": {"type": "string", "description": "Base URL of the search API."},
+            "activeGeneration": {
+                "type": "string",
+                "description": "Index generation (embedder identity) now serving queries.",
+            },
+            "phase": {
+                "type": "string",
+                "description": "Coarse summary of the conditions, for humans.",
+            },
+        },
+    }
+
+
+_PRINTER_COLUMNS: list[dict[str, Any]] = [
+    {
+        "name": "Ready",
+        "type": "string",
+        "jsonPath": '.status.conditions[?(@.type=="Ready")].status',
+    },
+    {"name": "Shards", "type": "integer", "jsonPath": ".spec.dense.shards"},
+    {"name": "Embedder", "type": "string", "jsonPath": ".spec.embedder.model"},
+    {"name": "Generation", "type": "string", "jsonPath": ".status.activeGeneration"},
+    {"name": "Endpoint", "type": "string", "jsonPath": ".status.endpoint", "priority": 1},
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+]
+
+
+def render_crd() -> dict[str, Any]:
+    """The RagIndex CRD as a dict, ready to apply or dump to YAML."""
+    spec = spec_schema()
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": CRD_NAME},
+        "spec": {
+            "group": GROUP,
+            "names": {
+                "kind": KIND,
+                "listKind": f"{KIND}List",
+                "plural": PLURAL,
+                "singular": SINGULAR,
+                "shortNames": list(SHORT_NAMES),
+                "categories": ["ragindex"],
+            },
+            "scope": "Namespaced",
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": [dict(c) for c in _PRINTER_COLUMNS],
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "description": "A hybrid (dense + BM25) retrieval index served by"
+                            " Ray Serve, reconciled by the ragindex operator.",
+                            "properties": {
+                                "apiVersion": {"type": "string"},
+                                "kind": {"type": "string"},
+                                "metadata": {"type": "object"},
+                                "spec": spec,
+                                "status": _status_schema(),
+                            },
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+def render_crd_yaml() -> str:
+    """The CRD as the YAML text committed in crds/ (stable key order, so diffs are real)."""
+    header = "# Generated by `python -m ragindex.operator.crd`; do not edit.\n"
+    return header + yaml.safe_dump(render_crd(), sort_keys=False, width=100)
+
+
+if __name__ == "__main__":
+    sys.stdout.write(render_crd_yaml())

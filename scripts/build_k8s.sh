@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Build the real Kubernetes control plane the tests run against (envtest style, no kubelet):
+# kube-apiserver, kube-controller-manager, kubectl, etcd and helm, all from the Go module proxy
+# at pinned versions. Nothing in PyPI/npm/Debian ships a usable kube-apiserver, so we compile it.
+#
+# Output: ${RAGINDEX_CACHE:-$HOME/.cache/ragindex}/k8s/<KUBE_VERSION>/bin/{etcd,kube-apiserver,
+#         kube-controller-manager,kubectl,helm}. Idempotent: a binary that exists is skipped.
+# Go module and build caches live under the same cache dir so CI can keep them between runs.
+# Usage: scripts/build_k8s.sh [--print-bin-dir]
+set -euo pipefail
+
+KUBE_VERSION="${KUBE_VERSION:-v1.36.3}"
+STAGING_VERSION="${STAGING_VERSION:-v0.36.3}"
+ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
+HELM_VERSION="${HELM_VERSION:-v3.22.0}"
+
+CACHE="${RAGINDEX_CACHE:-$HOME/.cache/ragindex}"
+ROOT="$CACHE/k8s/$KUBE_VERSION"
+BIN="$ROOT/bin"
+if [[ "${1:-}" == "--print-bin-dir" ]]; then
+  echo "$BIN"
+  exit 0
+fi
+
+command -v go >/dev/null || { echo "build_k8s.sh: 'go' not found on PATH (Go >= 1.26 needed)" >&2; exit 2; }
+mkdir -p "$BIN" "$ROOT/src"
+export GOMODCACHE="${GOMODCACHE_OVERRIDE:-$CACHE/go/mod}"
+export GOCACHE="${GOCACHE_OVERRIDE:-$CACHE/go/build}"
+export GOFLAGS="-trimpath -buildvcs=false -mod=mod"
+export GOMAXPROCS="${GOMAXPROCS:-2}"
+export CGO_ENABLED=0
+export GOTOOLCHAIN=local
+
+log() { echo "[build_k8s $(date +%H:%M:%S)] $*"; }
+
+# Time one step and record it, so the build cost of each binary is visible in the log.
+timed() {
+  local name="$1"; shift
+  local t0=$SECONDS
+  "$@"
+  log "built $name in $((SECONDS - t0)) s"
+}
+
+# A wrapper module around k8s.io/kubernetes: its go.mod replaces the staging modules with local
+# paths, which a dependent module must re-point at their published releases.
+kube_wrapper() {
+  local dir="$ROOT/src/kube"
+  if [[ -f "$dir/.ready" ]]; then return; fi
+  rm -rf "$dir" && mkdir -p "$dir" && cd "$dir"
+  go mod init ragindex.local/k8sbuild >/dev/null 2>&1
+  local gomod
+  gomod="$(go mod download -json "k8s.io/kubernetes@$KUBE_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')"
+  [[ -f "$gomod" ]] || { echo "build_k8s.sh: cannot read go.mod of k8s.io/kubernetes@$KUBE_VERSION" >&2; exit 1; }
+  local m
+  for m in $(sed -n 's#^[[:space:]]*\(k8s.io/[^ ]*\) => ./staging/.*#\1#p' "$gomod"); do
+    go mod edit "-replace=$m=$m@$STAGING_VERSION"
+  done
+  local godebug
+  godebug="$(sed -n 's/^godebug \(.*\)$/\1/p' "$gomod")"
+  if [[ -n "$godebug" ]]; then go mod edit "-godebug=$godebug"; fi
+  go get -tool "k8s.io/kubernetes/cmd/kube-apiserver@$KUBE_VERSION"
+  go get -tool "k8s.io/kubernetes/cmd/kube-controller-manager@$KUBE_VERSION"
+  go get -tool "k8s.io/kubernetes/cmd/kubectl@$KUBE_VERSION"
+  touch .ready
+}
+
+kube_build() {
+  local cmd="$1"
+  if [[ -x "$BIN/$cmd" ]]; then log "$cmd exists, skipped"; return; fi
+  kube_wrapper
+  cd "$ROOT/src/kube"
+  local v="${KUBE_VERSION#v}" major minor flags="" pkg
+  major="${v%%.*}"; minor="$(echo "$v" | cut -d. -f2)"
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    flags+=" -X $pkg.gitVersion=$KUBE_VERSION -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor"
+    flags+=" -X $pkg.gitTreeState=clean"
+  done
+  timed "$cmd" go build -ldflags "-s -w$flags" -o "$BIN/$cmd.tmp" "k8s.io/kubernetes/cmd/$cmd"
+  mv "$BIN/$cmd.tmp" "$BIN/$cmd"
+}
+
+# etcd's server module carries replace directives, so `go install` refuses it: wrap it too.
+etcd_build() {
+  if [[ -x "$BIN/etcd" ]]; then log "etcd exists, skipped"; return; fi
+  local dir="$ROOT/src/etcd"
+  rm -rf "$dir" && mkdir -p "$dir" && cd "$dir"
+  go mod init ragindex.local/etcdbuild >/dev/null 2>&1
+  go get -tool "go.etcd.io/etcd/server/v3@$ETCD_VERSION"
+  timed etcd go build -ldflags "-s -w" -o "$BIN/etcd.tmp" go.etcd.io/etcd/server/v3
+  mv "$BIN/etcd.tmp" "$BIN/etcd"
+}
+
+helm_build() {
+  if [[ -x "$BIN/helm" ]]; then log "helm exists, skipped"; return; fi
+  local gobin="$ROOT/src/helm-bin"
+  mkdir -p "$gobin"
+  local pkg=helm.sh/helm/v3/internal/version
+  timed helm env GOBIN="$gobin" go install \
+    -ldflags "-s -w -X $pkg.version=$HELM_VERSION -X $pkg.gitTreeState=clean" \
+    "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+  mv "$gobin/helm" "$BIN/helm"
+}
+
+log "bin dir $BIN (kube $KUBE_VERSION, etcd $ETCD_VERSION, helm $HELM_VERSION)"
+etcd_build
+helm_build
+kube_build kube-apiserver
+kube_build kube-controller-manager
+kube_build kubectl
+log "done"
+ls -l "$BIN"
