@@ -1,0 +1,264 @@
+"""The `ragindex` command line: ingest, search, eval, bench, serve, tokens, render.
+
+Each subcommand is a thin wrapper: argument parsing here, the work in the packages below.
+Heavy imports (torch, FAISS, Ray) happen inside the command that needs them, so `ragindex
+--help` and `ragindex render` stay fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from ragindex.errors import RagIndexError
+
+def _set_thread_defaults() -> None:
+    """One intra-op thread unless told otherwise: two processes fighting over 2 cores are slow."""
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
+
+def _spec(path: Path | None):  # type: ignore[no-untyped-def]
+    import yaml
+
+    from ragindex.config import RagIndexSpec
+
+    if path is None:
+        return RagIndexSpec()
+    data = yaml.safe_load(path.read_text())
+    # Accept either a bare spec or a whole RagIndex manifest.
+    if isinstance(data, dict) and "spec" in data and "kind" in data:
+        data = data["spec"]
+    return RagIndexSpec.model_validate(data or {})
+
+
+def _data_dir(args: argparse.Namespace) -> Path:
+    from ragindex.app.engine import default_data_dir
+
+    return Path(args.data_dir) if args.data_dir else default_data_dir()
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    from ragindex.app.engine import LocalEngine
+    from ragindex.app.loading import documents_from_paths
+
+    documents = documents_from_paths(args.paths, source=args.source)
+    engine = LocalEngine.open(_data_dir(args), _spec(args.spec))
+    try:
+        totals = engine_ingest(engine, args.tenant, documents, batch=args.batch)
+    finally:
+        engine.close()
+    print(
+        f"ingested {len(documents)} documents for tenant {args.tenant}: "
+        f"{totals['added']} chunks added, {totals['unchanged']} unchanged, "
+        f"{totals['removed']} removed"
+    )
+    return 0
+
+
+def engine_ingest(engine, tenant: str, documents: Sequence, batch: int = 64) -> dict[str, int]:  # type: ignore[no-untyped-def]
+    """Ingest in batches with a progress bar; returns chunk totals."""
+    from tqdm import tqdm
+
+    totals = {"added": 0, "unchanged": 0, "removed": 0}
+    with tqdm(total=len(documents), unit="doc", desc="ingest", file=sys.stderr) as bar:
+        for start in range(0, len(documents), batch):
+            part = documents[start : start + batch]
+            for result in engine.ingest.upsert(tenant, part):
+                totals["added"] += result.added
+                totals["unchanged"] += result.unchanged
+                totals["removed"] += result.removed
+            bar.update(len(part))
+    return totals
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    from ragindex.app.engine import LocalEngine
+
+    engine = LocalEngine.open(_data_dir(args), _spec(args.spec))
+    try:
+        result = engine.query.search(args.tenant, args.query, k=args.k, mode=args.mode)
+    finally:
+        engine.close()
+    if args.json:
+        print(json.dumps(result_to_json(result), indent=2))
+        return 0
+    print_hits(result)
+    return 0
+
+
+def result_to_json(result) -> dict:  # type: ignore[no-untyped-def]
+    return {
+        "hits": [
+            {
+                "chunk_id": h.chunk.chunk_id,
+                "source": h.chunk.source,
+                "doc_id": h.chunk.doc_id,
+                "title": h.chunk.title,
+                "text": h.chunk.text,
+                "score": h.score,
+                "ranks": h.ranks,
+            }
+            for h in result.hits
+        ],
+        "timings_ms": result.timings_ms,
+        "warnings": result.warnings,
+    }
+
+
+def print_hits(result) -> None:  # type: ignore[no-untyped-def]
+    for n, hit in enumerate(result.hits, start=1):
+        ranks = " ".join(f"{leg}#{rank}" for leg, rank in sorted(hit.ranks.items()))
+        text = " ".join(hit.chunk.text.split())
+        print(f"[{n}] {hit.chunk.chunk_id}  score={hit.score:.4f}  ({ranks})")
+        print(f"    {hit.chunk.title.strip()[:100]}")
+        print(f"    {text[:240]}{'...' if len(text) > 240 else ''}")
+    stages = ", ".join(f"{k} {v:.1f} ms" for k, v in result.timings_ms.items())
+    print(f"timings: {stages}")
+    for warning in result.warnings:
+        print(f"warning: {warning}")
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    from ragindex.serve_config import render_serve_config, to_yaml
+
+    config = render_serve_config(
+        _spec(args.spec), name=args.name, data_dir=str(args.data_dir), runtime=args.runtime
+    )
+    print(to_yaml(config), end="")
+    return 0
+
+
+def _lazy(module: str, function: str) -> Callable[[argparse.Namespace], int]:
+    """Resolve a command's implementation only when it runs (keeps start-up light)."""
+
+    def run(args: argparse.Namespace) -> int:
+        import importlib
+
+        result = getattr(importlib.import_module(module), function)(args)
+        return int(result or 0)
+
+    return run
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ragindex", description="Hybrid retrieval for RAG: ingest, search, serve, evaluate."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def common(p: argparse.ArgumentParser, tenant: bool = True) -> None:
+        p.add_argument("--data-dir", type=Path, help="index data directory")
+        p.add_argument("--spec", type=Path, help="RagIndex spec YAML (defaults if omitted)")
+        if tenant:
+            p.add_argument("--tenant", default="default", help="tenant id (default: default)")
+
+    p = sub.add_parser("ingest", help="ingest Markdown, text or JSONL files into a local index")
+    common(p)
+    p.add_argument("paths", nargs="+", type=Path, help="files or folders (.md, .txt, .jsonl)")
+    p.add_argument("--source", default=None, help="source name (default: the folder's name)")
+    p.add_argument("--batch", type=int, default=64, help="documents per batch")
+    p.set_defaults(run=cmd_ingest)
+
+    p = sub.add_parser("search", help="search a local index in-process")
+    common(p)
+    p.add_argument("query")
+    p.add_argument("--k", type=int, default=8)
+    p.add_argument("--mode", choices=["hybrid", "dense", "lexical"], default="hybrid")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(run=cmd_search)
+
+    p = sub.add_parser("eval", help="retrieval (or answer) quality on a judged collection")
+    common(p, tenant=False)
+    p.add_argument("--collection", default="cranfield", help="'cranfield' or a BEIR folder")
+    p.add_argument("--json", type=Path, help="write the report as JSON")
+    p.add_argument("--per-query", type=Path, help="write per-query results as JSON")
+    p.add_argument("--answers", action="store_true", help="evaluate generated answers too")
+    p.set_defaults(run=_lazy("ragindex.app.eval_cli", "eval_command"))
+
+    p = sub.add_parser("golden", help="golden-set helpers")
+    golden = p.add_subparsers(dest="golden_command", required=True)
+    g = golden.add_parser("add", help="append a judged query to a BEIR collection")
+    g.add_argument("--collection", type=Path, required=True)
+    g.add_argument("--query", required=True, help="the question text")
+    g.add_argument(
+        "--relevant", nargs="+", required=True, metavar="DOC_ID[=GRADE]", help="judged documents"
+    )
+    g.add_argument("--tenant", default=None)
+    g.set_defaults(run=_lazy("ragindex.app.eval_cli", "golden_add_command"))
+
+    p = sub.add_parser("convert", help="convert Cranfield to the BEIR layout")
+    p.add_argument("--out", type=Path, default=Path("data/beir/cranfield"))
+    p.set_defaults(run=_lazy("ragindex.app.eval_cli", "convert_command"))
+
+    p = sub.add_parser("bench", help="benchmarks (print a table, write JSON)")
+    bench = p.add_subparsers(dest="bench_command", required=True)
+    b = bench.add_parser("filtered", help="tenant-filtered dense recall and latency")
+    b.add_argument("--vectors", type=int, default=100_000)
+    b.add_argument("--json", type=Path)
+    b.set_defaults(run=_lazy("ragindex.app.bench_cli", "bench_filtered_command"))
+    b = bench.add_parser("serve", help="HTTP vs in-process search, freshness, ingest throughput")
+    b.add_argument("--chunks", type=int, default=100_000)
+    b.add_argument("--json", type=Path)
+    b.add_argument("--data-dir", type=Path)
+    b.add_argument("--port", type=int, default=8011)
+    b.set_defaults(run=_lazy("ragindex.app.serve_cli", "bench_serve_command"))
+    b = bench.add_parser("bm25", help="BM25 on Elasticsearch vs the embedded backend")
+    b.add_argument("--json", type=Path)
+    b.set_defaults(run=_lazy("ragindex.app.bench_cli", "bench_bm25_command"))
+
+    p = sub.add_parser("serve", help="run the Serve app on this machine (local Ray)")
+    common(p, tenant=False)
+    p.add_argument("--port", type=int, default=8000)
+    p.set_defaults(run=_lazy("ragindex.app.serve_cli", "serve_command"))
+
+    p = sub.add_parser("token", help="API tokens")
+    tokens = p.add_subparsers(dest="token_command", required=True)
+    t = tokens.add_parser("create", help="mint a token bound to one tenant")
+    t.add_argument("--tenant", required=True)
+    t.add_argument("--data-dir", type=Path)
+    t.set_defaults(run=_lazy("ragindex.app.serve_cli", "token_create_command"))
+
+    p = sub.add_parser("demo", help="the main job: serve, ingest Cranfield, show cited hits")
+    p.add_argument("--data-dir", type=Path, help="default: a fresh temporary directory")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--corpus", type=Path, help="a folder of .md/.txt/.jsonl (default Cranfield)")
+    p.add_argument("--query", action="append", help="queries to show (repeatable)")
+    p.set_defaults(run=_lazy("ragindex.app.demo", "demo_command"))
+
+    p = sub.add_parser("render", help="print the Serve config YAML for a spec")
+    p.add_argument("--spec", type=Path)
+    p.add_argument("--name", default="ragindex")
+    p.add_argument("--data-dir", type=Path, default=Path("/data/ragindex"))
+    p.add_argument("--runtime", choices=["local", "cluster"], default="local")
+    p.set_defaults(run=cmd_render)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    _set_thread_defaults()
+    args = build_parser().parse_args(argv)
+    if args.command != "demo" and "data_dir" in vars(args) and args.data_dir is None:
+        from ragindex.app.engine import default_data_dir
+
+        args.data_dir = default_data_dir()
+    try:
+        return int(args.run(args))
+    except RagIndexError as err:
+        print(f"ragindex: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,141 @@
+"""The query path in one process: embed, search both legs, fuse by rank, rerank, fetch chunks.
+
+Every component is injected (Haystack style), so the same class runs inside a Serve Router
+replica (with co-located shards, or with handles to remote ones) and in the CLI's in-process
+engine, which is the latency floor the HTTP path is compared against.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from ragindex.config import FusionSpec, LexicalSpec, RerankerSpec
+from ragindex.errors import BackendUnavailable, InvalidInput
+from ragindex.fusion import reciprocal_rank_fusion
+from ragindex.protocols import DenseIndex, Embedder, LexicalIndex, Reranker
+from ragindex.types import Chunk, Hit, validate_tenant
+
+Mode = Literal["hybrid", "dense", "lexical"]
+MODES: tuple[str, ...] = ("hybrid", "dense", "lexical")
+MAX_QUERY_CHARS = 4096
+MAX_K = 100
+
+
+class ChunkLookup(Protocol):
+    def get_chunks(self, tenant_id: str, chunk_ids: Sequence[str]) -> dict[str, Chunk]: ...
+
+
+@dataclass
+class SearchResult:
+    hits: list[Hit]
+    timings_ms: dict[str, float] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+
+def validate_search(query: object, k: object, mode: object) -> tuple[str, int, Mode]:
+    """Check a search request; raise InvalidInput naming what is wrong."""
+    if not isinstance(query, str) or not query.strip():
+        raise InvalidInput("query must be a non-empty string")
+    if len(query) > MAX_QUERY_CHARS:
+        raise InvalidInput(
+            f"query has {len(query)} characters, more than the limit of {MAX_QUERY_CHARS}"
+        )
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
+        raise InvalidInput(f"k must be an integer in 1..{MAX_K}, got {k!r}")
+    if mode not in MODES:
+        raise InvalidInput(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    return query, k, mode  # type: ignore[return-value]
+
+
+class QueryEngine:
+    def __init__(
+        self,
+        embedder: Embedder,
+        dense: DenseIndex,
+        lexical: LexicalIndex,
+        chunks: ChunkLookup,
+        fusion: FusionSpec,
+        lexical_spec: LexicalSpec,
+        reranker: Reranker | None = None,
+        reranker_spec: RerankerSpec | None = None,
+    ) -> None:
+        self.embedder = embedder
+        self.dense = dense
+        self.lexical = lexical
+        self.chunks = chunks
+        self.fusion = fusion
+        self.lexical_spec = lexical_spec
+        self.reranker = reranker
+        self.reranker_spec = reranker_spec or RerankerSpec()
+
+    def search(
+        self,
+        tenant_id: str,
+        query: str,
+        k: int | None = None,
+        mode: str = "hybrid",
+        rerank: bool | None = None,
+    ) -> SearchResult:
+        """Hybrid (or single-leg) search for one tenant; the tenant filter is inside each leg."""
+        tenant_id = validate_tenant(tenant_id)
+        query, k, checked_mode = validate_search(
+            query, self.fusion.top_k if k is None else k, mode
+        )
+        use_rerank = self.reranker is not None if rerank is None else rerank
+        if use_rerank and self.reranker is None:
+            raise InvalidInput("rerank was requested but this index has no reranker configured")
+
+        result = SearchResult(hits=[])
+        timings = result.timings_ms
+        candidates = max(self.fusion.candidates, k)
+        legs: dict[str, list[str]] = {}
+
+        if checked_mode in ("hybrid", "dense"):
+            with _timed(timings, "embed"):
+                vector = self.embedder.embed_queries([query])
+            with _timed(timings, "dense"):
+                dense_hits = self.dense.search(
+                    vector, candidates, tenant_id, self.embedder.identity
+                )
+            legs["dense"] = [h.chunk_id for h in dense_hits]
+        if checked_mode in ("hybrid", "lexical"):
+            try:
+                with _timed(timings, "lexical"):
+                    lexical_hits = self.lexical.search(query, candidates, tenant_id)
+                legs["lexical"] = [h.chunk_id for h in lexical_hits]
+            except BackendUnavailable as err:
+                if checked_mode == "lexical" or self.lexical_spec.on_unavailable == "error":
+                    raise
+                result.warnings.append(f"lexical leg unavailable, dense-only result: {err}")
+
+        with _timed(timings, "fusion"):
+            fused = reciprocal_rank_fusion(legs, k=self.fusion.rrf_k)
+        pool_size = self.reranker_spec.top_n if use_rerank else k
+        pool = fused[:pool_size]
+        with _timed(timings, "fetch"):
+            found = self.chunks.get_chunks(tenant_id, [f.chunk_id for f in pool])
+        # A chunk deleted between the leg search and the fetch is simply not returned.
+        hits = [Hit(found[f.chunk_id], f.score, f.ranks) for f in pool if f.chunk_id in found]
+
+        if use_rerank and self.reranker is not None and hits:
+            with _timed(timings, "rerank"):
+                scores = self.reranker.score(query, [h.chunk.text for h in hits])
+            for fused_rank, (hit, score) in enumerate(zip(hits, scores, strict=True), start=1):
+                hit.ranks["fused"] = fused_rank
+                hit.score = float(score)
+            hits.sort(key=lambda h: -h.score)
+        result.hits = hits[:k]
+        return result
+
+
+@contextmanager
+def _timed(timings: dict[str, float], stage: str) -> Iterator[None]:
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        timings[stage] = round((time.perf_counter() - start) * 1000, 3)

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The whole test run, from a fresh machine: install, fetch/build the real servers the tests start
+# (Elasticsearch, kube-apiserver + etcd + controller-manager, helm, kubectl), static checks, pytest.
+# Everything slow is cached under ${RAGINDEX_CACHE:-~/.cache/ragindex}.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 RAY_USAGE_STATS_ENABLED=0 RAY_AUTH_MODE=disabled
+scripts/setup.sh
+scripts/fetch_elasticsearch.sh
+scripts/build_k8s.sh
+scripts/lint.sh
+.venv/bin/pytest "$@"
