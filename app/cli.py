@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ragindex.errors import RagIndexError
 
+
 def _set_thread_defaults() -> None:
     """One intra-op thread unless told otherwise: two processes fighting over 2 cores are slow."""
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):

@@ -82,9 +82,7 @@ class QueryEngine:
     ) -> SearchResult:
         """Hybrid (or single-leg) search for one tenant; the tenant filter is inside each leg."""
         tenant_id = validate_tenant(tenant_id)
-        query, k, checked_mode = validate_search(
-            query, self.fusion.top_k if k is None else k, mode
-        )
+        query, k, checked_mode = validate_search(query, self.fusion.top_k if k is None else k, mode)
         use_rerank = self.reranker is not None if rerank is None else rerank
         if use_rerank and self.reranker is None:
             raise InvalidInput("rerank was requested but this index has no reranker configured")

@@ -1,0 +1,78 @@
+import pytest
+import yaml
+from pydantic import ValidationError
+from ray.serve.schema import ServeDeploySchema
+
+from ragindex.config import RagIndexSpec
+from ragindex.serve_config import (
+    INGEST,
+    INGEST_EMBEDDER,
+    QUERY_EMBEDDER,
+    RERANKER,
+    ROUTER,
+    render_serve_config,
+    to_yaml,
+)
+
+
+def test_spec_accepts_camel_case_and_defaults():
+    spec = RagIndexSpec.model_validate({"dense": {"shards": 3, "hnsw": {"efSearch": 64}}})
+    assert spec.dense.shards == 3
+    assert spec.dense.hnsw.ef_search == 64
+    assert spec.fusion.rrf_k == 60
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"dense": {"shards": 0}}, "shards"),
+        ({"fusion": {"candidates": 5, "topK": 10}}, "candidates must be >= fusion.topK"),
+        ({"lexical": {"backend": "solr"}}, "backend"),
+        ({"reranker": {"enabled": True}}, "reranker.model is required"),
+        ({"dense": {"shards": "two"}}, "shards"),
+        ({"unknownField": 1}, "unknownField"),
+        ({"scaling": {"query": {"minReplicas": 5, "maxReplicas": 2}}}, "minReplicas"),
+    ],
+)
+def test_invalid_specs_name_the_field(spec, message):
+    with pytest.raises(ValidationError, match=message):
+        RagIndexSpec.model_validate(spec)
+
+
+@pytest.mark.parametrize("runtime", ["local", "cluster"])
+def test_rendered_config_validates_as_serve_deploy_schema(runtime):
+    config = render_serve_config(RagIndexSpec(), name="docs", data_dir="/d", runtime=runtime)
+    ServeDeploySchema.model_validate(config)
+    # The YAML form (what serveConfigV2 holds) round-trips to the same config.
+    assert yaml.safe_load(to_yaml(config)) == config
+
+
+def test_cluster_layout_has_one_deployment_per_shard_and_separate_scaling():
+    spec = RagIndexSpec.model_validate(
+        {
+            "dense": {"shards": 3, "replicas": 2},
+            "embedder": {"gpus": 1},
+            "reranker": {"enabled": True, "model": "/models/ce"},
+            "scaling": {"ingest": {"minReplicas": 0, "maxReplicas": 7}},
+        }
+    )
+    app = render_serve_config(spec, name="docs", data_dir="/d", runtime="cluster")["applications"][
+        0
+    ]
+    by_name = {d["name"]: d for d in app["deployments"]}
+    assert {"Shard0", "Shard1", "Shard2", ROUTER, QUERY_EMBEDDER, RERANKER, INGEST} <= set(by_name)
+    assert by_name["Shard1"]["num_replicas"] == 2
+    assert by_name[QUERY_EMBEDDER]["ray_actor_options"]["num_gpus"] == 1
+    assert by_name[INGEST]["autoscaling_config"]["max_replicas"] == 7
+    assert by_name[INGEST_EMBEDDER]["autoscaling_config"]["max_replicas"] == 7
+    assert by_name[ROUTER]["autoscaling_config"]["max_replicas"] == 4
+    assert app["args"]["spec"]["dense"]["shards"] == 3
+
+
+def test_local_layout_colocates_the_query_path_on_fractional_cpus():
+    app = render_serve_config(RagIndexSpec(), name="docs", data_dir="/d", runtime="local")[
+        "applications"
+    ][0]
+    names = [d["name"] for d in app["deployments"]]
+    assert names == [ROUTER, INGEST]
+    assert sum(d["ray_actor_options"]["num_cpus"] for d in app["deployments"]) <= 2
