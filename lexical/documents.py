@@ -1,0 +1,73 @@
+"""What both BM25 backends store per chunk, and the checks they run before writing anything.
+
+Shared so that the embedded and Elasticsearch backends index the same text under the same
+keys, and reject the same bad input with the same message (DESIGN.md invariant 7).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+from ragindex.errors import InvalidInput
+from ragindex.types import Chunk, validate_tenant
+
+MAX_TOP_K = 10_000  # Elasticsearch's default index.max_result_window
+_MAX_KEY_BYTES = 512  # Elasticsearch's limit on a document _id
+
+
+def doc_key(tenant_id: str, chunk_id: str) -> str:
+    """Unique key of a chunk across tenants: chunk ids are only unique within one tenant.
+
+    Tenant ids cannot contain '/', so "tenant/chunk" is unambiguous. Keys that would exceed
+    Elasticsearch's 512-byte _id limit are shortened with a sha256 of the chunk id.
+    """
+    key = f"{tenant_id}/{chunk_id}"
+    if len(key.encode()) <= _MAX_KEY_BYTES:
+        return key
+    return f"{tenant_id}/sha256:{hashlib.sha256(chunk_id.encode()).hexdigest()}"
+
+
+def indexed_text(chunk: Chunk) -> str:
+    """The text BM25 sees: the title (when there is one) and the chunk text."""
+    return f"{chunk.title}\n{chunk.text}" if chunk.title else chunk.text
+
+
+def _check_chunk_id(chunk_id: object) -> str:
+    if not isinstance(chunk_id, str) or not chunk_id:
+        raise InvalidInput(f"chunk_id must be a non-empty string, got {chunk_id!r}")
+    return chunk_id
+
+
+def validate_chunks(chunks: Sequence[Chunk]) -> list[Chunk]:
+    """Check every chunk before any is written, so a bad batch changes nothing."""
+    if isinstance(chunks, (str, bytes)) or not isinstance(chunks, Sequence):
+        raise InvalidInput("chunks must be a sequence of Chunk")
+    out = []
+    for i, chunk in enumerate(chunks):
+        if not isinstance(chunk, Chunk):
+            raise InvalidInput(f"chunks[{i}] is {type(chunk).__name__}, not a Chunk")
+        validate_tenant(chunk.tenant_id)
+        _check_chunk_id(chunk.chunk_id)
+        if not isinstance(chunk.text, str) or not isinstance(chunk.title, str):
+            raise InvalidInput(f"chunk {chunk.chunk_id!r}: title and text must be strings")
+        out.append(chunk)
+    return out
+
+
+def validate_ids(tenant_id: str, chunk_ids: Sequence[str]) -> list[str]:
+    """Check a delete request: a valid tenant and a sequence of non-empty string ids."""
+    validate_tenant(tenant_id)
+    if isinstance(chunk_ids, (str, bytes)) or not isinstance(chunk_ids, Sequence):
+        raise InvalidInput("chunk_ids must be a sequence of strings, not a single string")
+    return [_check_chunk_id(c) for c in chunk_ids]
+
+
+def validate_search(query: object, top_k: object, tenant_id: object) -> tuple[str, int, str]:
+    """Check a search request; any text is a valid query (it is tokenised, never parsed)."""
+    tenant = validate_tenant(tenant_id)
+    if not isinstance(query, str):
+        raise InvalidInput(f"query must be a string, got {type(query).__name__}")
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= MAX_TOP_K:
+        raise InvalidInput(f"top_k must be an integer in 1..{MAX_TOP_K}, got {top_k!r}")
+    return query, top_k, tenant

@@ -1,0 +1,162 @@
+"""The embedded BM25 backend: a tantivy index on local disk.
+
+One `TantivyIndex` owns the index's single writer (tantivy allows one per directory); every
+write commits and reloads the reader before returning, so an acknowledged write is durable and
+visible to the next search. Queries are never parsed: the text goes through the shared
+analyzer and becomes term queries, so no user text can raise a syntax error. The tenant is a
+required clause inside the query, scored 0 so that it leaves BM25 scores alone.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import tantivy
+
+from ragindex.errors import BackendUnavailable
+from ragindex.lexical.analysis import ANALYZER_NAME, analyze, build_analyzer
+from ragindex.lexical.documents import (
+    doc_key,
+    indexed_text,
+    validate_chunks,
+    validate_ids,
+    validate_search,
+)
+from ragindex.types import Chunk, ScoredId
+
+_WRITER_HEAP_BYTES = 32_000_000
+
+
+def build_schema() -> tantivy.Schema:
+    """text: analysed like ES `standard`; tenant_id, chunk_id, key: exact terms."""
+    builder = tantivy.SchemaBuilder()
+    builder.add_text_field("text", stored=False, tokenizer_name=ANALYZER_NAME, index_option="freq")
+    builder.add_text_field("tenant_id", stored=False, tokenizer_name="raw", index_option="basic")
+    builder.add_text_field("chunk_id", stored=True, tokenizer_name="raw", index_option="basic")
+    builder.add_text_field("key", stored=False, tokenizer_name="raw", index_option="basic")
+    return builder.build()
+
+
+class TantivyIndex:
+    """LexicalIndex over a tantivy directory; see the module docstring for the guarantees."""
+
+    def __init__(self, index: tantivy.Index, path: Path | None) -> None:
+        self._index = index
+        self._schema = index.schema
+        self._path = path
+        self._lock = threading.Lock()
+        try:
+            self._writer: tantivy.IndexWriter | None = index.writer(_WRITER_HEAP_BYTES, 1)
+        except ValueError as exc:
+            raise BackendUnavailable(
+                f"cannot open a writer on the tantivy index at {path}: {exc}"
+                " (is another process or TantivyIndex using it?)"
+            ) from exc
+
+    @classmethod
+    def open(cls, path: str | Path | None) -> TantivyIndex:
+        """Open the index at `path`, creating it if absent; None keeps it in memory."""
+        schema = build_schema()
+        if path is None:
+            index = tantivy.Index(schema)
+            where = None
+        else:
+            where = Path(path)
+            where.mkdir(parents=True, exist_ok=True)
+            index = tantivy.Index(schema, path=str(where), reuse=True)
+        index.register_tokenizer(ANALYZER_NAME, build_analyzer())
+        return cls(index, where)
+
+    def _live_writer(self) -> tantivy.IndexWriter:
+        if self._writer is None:
+            raise BackendUnavailable(f"the tantivy index at {self._path} is closed")
+        return self._writer
+
+    def _commit(self, writer: tantivy.IndexWriter) -> None:
+        writer.commit()
+        self._index.reload()
+
+    def upsert(self, chunks: Sequence[Chunk]) -> None:
+        """Replace-or-insert each chunk by (tenant, chunk id); visible when this returns."""
+        valid = validate_chunks(chunks)
+        if not valid:
+            return
+        with self._lock:
+            writer = self._live_writer()
+            try:
+                for chunk in valid:
+                    key = doc_key(chunk.tenant_id, chunk.chunk_id)
+                    writer.delete_documents_by_term("key", key)
+                    writer.add_document(
+                        tantivy.Document(
+                            text=indexed_text(chunk),
+                            tenant_id=chunk.tenant_id,
+                            chunk_id=chunk.chunk_id,
+                            key=key,
+                        )
+                    )
+                self._commit(writer)
+            except BaseException:
+                writer.rollback()
+                raise
+
+    def delete(self, tenant_id: str, chunk_ids: Sequence[str]) -> None:
+        """Remove chunks of one tenant; unknown ids are ignored."""
+        ids = validate_ids(tenant_id, chunk_ids)
+        if not ids:
+            return
+        with self._lock:
+            writer = self._live_writer()
+            try:
+                for chunk_id in ids:
+                    writer.delete_documents_by_term("key", doc_key(tenant_id, chunk_id))
+                self._commit(writer)
+            except BaseException:
+                writer.rollback()
+                raise
+
+    def _tenant_clause(self, tenant_id: str) -> tantivy.Query:
+        term = tantivy.Query.term_query(self._schema, "tenant_id", tenant_id, index_option="basic")
+        return tantivy.Query.const_score_query(term, 0.0)
+
+    def search(self, query: str, top_k: int, tenant_id: str) -> list[ScoredId]:
+        """BM25 top_k of one tenant; text with no tokens matches nothing."""
+        text, k, tenant = validate_search(query, top_k, tenant_id)
+        self._live_writer()
+        terms = analyze(text)
+        if not terms:
+            return []
+        text_query = tantivy.Query.boolean_query(
+            [
+                (
+                    tantivy.Occur.Should,
+                    tantivy.Query.term_query(self._schema, "text", t, index_option="freq"),
+                )
+                for t in terms
+            ]
+        )
+        full = tantivy.Query.boolean_query(
+            [(tantivy.Occur.Must, self._tenant_clause(tenant)), (tantivy.Occur.Must, text_query)]
+        )
+        searcher = self._index.searcher()
+        result = searcher.search(full, limit=k, count=False)
+        return [
+            ScoredId(searcher.doc(address)["chunk_id"][0], float(score))
+            for score, address in result.hits
+        ]
+
+    def count(self, tenant_id: str) -> int:
+        """Live chunks of one tenant."""
+        tenant = validate_search("", 1, tenant_id)[2]
+        self._live_writer()
+        searcher = self._index.searcher()
+        return int(searcher.search(self._tenant_clause(tenant), limit=1, count=True).count)
+
+    def close(self) -> None:
+        """Release the writer lock (pending merges finish first); idempotent."""
+        with self._lock:
+            if self._writer is not None:
+                self._writer.wait_merging_threads()
+                self._writer = None
