@@ -25,10 +25,10 @@ from prometheus_client import (
     generate_latest,
 )
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, field_validator
-from ragindex.router.auth import TokenVerifier, bearer_token
-from ragindex.router.query import MAX_K, MAX_QUERY_CHARS, SearchResult
 
 from ragindex.errors import BackendUnavailable, IdentityMismatch, InvalidInput, RagIndexError
+from ragindex.router.auth import TokenVerifier, bearer_token
+from ragindex.router.query import MAX_K, MAX_QUERY_CHARS, SearchResult
 from ragindex.types import MAX_DOCUMENT_CHARS, Document
 
 MAX_BATCH_DOCUMENTS = 256
