@@ -1,0 +1,95 @@
+"""`python -m ragindex.operator`: run the RagIndex operator (cluster or local runtime).
+
+Examples:
+    python -m ragindex.operator --all-namespaces --image registry/ragindex:0.1.0
+    python -m ragindex.operator --runtime local --ray-dashboard http://127.0.0.1:8265 -n default
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+import kopf
+
+from ragindex.operator.handlers import OperatorOptions, register
+from ragindex.operator.render import RenderOptions
+
+
+def run(
+    options: OperatorOptions,
+    *,
+    namespaces: Sequence[str] = (),
+    clusterwide: bool = False,
+    liveness_endpoint: str | None = None,
+) -> None:
+    """Run the operator until it is stopped (SIGINT/SIGTERM); blocks."""
+    if bool(namespaces) == clusterwide:
+        raise ValueError("watch either --all-namespaces or one or more --namespace, not both")
+    kopf.run(
+        registry=register(options),
+        clusterwide=clusterwide,
+        namespaces=list(namespaces),
+        standalone=True,
+        liveness_endpoint=liveness_endpoint,
+    )
+
+
+def parse_args(argv: Sequence[str] | None = None) -> tuple[OperatorOptions, argparse.Namespace]:
+    p = argparse.ArgumentParser(prog="python -m ragindex.operator", description=__doc__)
+    p.add_argument("--runtime", choices=["cluster", "local"], default="cluster")
+    scope = p.add_mutually_exclusive_group(required=True)
+    scope.add_argument("-A", "--all-namespaces", action="store_true")
+    scope.add_argument("-n", "--namespace", action="append", default=[])
+    p.add_argument("--image", default=RenderOptions.image, help="Ray image with ragindex")
+    p.add_argument("--ray-version", default=RenderOptions.ray_version)
+    p.add_argument("--elasticsearch-version", default=RenderOptions.elasticsearch_version)
+    p.add_argument("--storage-class", default=None)
+    p.add_argument("--ray-dashboard", default="http://127.0.0.1:8265")
+    p.add_argument("--serve-host", default="127.0.0.1")
+    p.add_argument("--serve-port", type=int, default=8000)
+    p.add_argument("--local-data-root", default=None)
+    p.add_argument("--poll-interval", type=float, default=10.0, help="readiness poll, seconds")
+    p.add_argument("--kubeconfig", default=None)
+    p.add_argument("--liveness", default=None, help="e.g. http://0.0.0.0:8080/healthz")
+    p.add_argument("-v", "--verbose", action="store_true")
+    args = p.parse_args(argv)
+    render = RenderOptions(
+        image=args.image,
+        ray_version=args.ray_version,
+        elasticsearch_version=args.elasticsearch_version,
+        storage_class=args.storage_class,
+    )
+    extra = {"local_data_root": args.local_data_root} if args.local_data_root else {}
+    options = OperatorOptions(
+        runtime=args.runtime,
+        render=render,
+        ray_dashboard=args.ray_dashboard,
+        serve_host=args.serve_host,
+        serve_port=args.serve_port,
+        poll_interval_s=args.poll_interval,
+        kubeconfig=args.kubeconfig,
+        **extra,
+    )
+    return options, args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    options, args = parse_args(argv)
+    if args.kubeconfig:
+        os.environ["KUBECONFIG"] = args.kubeconfig  # kopf's own login reads it from here
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO)
+    run(
+        options,
+        namespaces=args.namespace,
+        clusterwide=args.all_namespaces,
+        liveness_endpoint=args.liveness,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

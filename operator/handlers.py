@@ -1,0 +1,351 @@
+"""kopf handlers for ragindex.dev/v1alpha1 RagIndexes: validate, render, apply, prune, status.
+
+Handlers are registered on a registry by `register(options)` rather than at import, so one
+process (or one test) can run an operator with explicit options and nothing global. The flow
+of one reconcile (create/update/resume):
+
+1. validate the spec with `RagIndexSpec` (the same model as the CRD); invalid -> `Degraded`
+   with pydantic's message and nothing applied, so a bad edit never breaks what serves;
+2. cluster runtime: render, server-side apply, prune what is no longer desired;
+   local runtime: PUT the Serve config to the local Ray dashboard;
+3. patch status (observedGeneration, conditions, endpoint, activeGeneration).
+
+A timer follows readiness (RayService or Serve app status), moves `activeGeneration` when a new
+generation is ready and prunes the old one. Deletion in the cluster runtime is the garbage
+collector's job (owner references); the local runtime removes its Serve app on delete.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import kopf
+from lightkube import AsyncClient
+from lightkube.config.kubeconfig import KubeConfig
+from lightkube.core.exceptions import ApiError
+from pydantic import ValidationError
+
+from ragindex.config import RagIndexSpec
+from ragindex.errors import InvalidInput
+from ragindex.operator import apply, local_runtime
+from ragindex.operator.crd import GROUP, PLURAL, VERSION
+from ragindex.operator.render import (
+    RenderOptions,
+    cluster_endpoint,
+    index_generation,
+    managed_elasticsearch,
+    ray_service_name,
+    render,
+    validate_name,
+)
+from ragindex.operator.status import (
+    RECONCILED,
+    Verdict,
+    desired_status,
+    find_condition,
+    ray_service_verdict,
+    rfc3339,
+    rollout,
+    status_patch,
+)
+
+Runtime = Literal["cluster", "local"]
+APPLY_RETRY_S = 5.0
+
+
+def _default_local_root() -> str:
+    cache = os.environ.get("RAGINDEX_CACHE") or str(Path.home() / ".cache" / "ragindex")
+    return str(Path(cache) / "local")
+
+
+@dataclass(frozen=True)
+class OperatorOptions:
+    """How this operator process runs: runtime, where things go and how often to poll."""
+
+    runtime: Runtime = "cluster"
+    render: RenderOptions = field(default_factory=RenderOptions)
+    ray_dashboard: str = "http://127.0.0.1:8265"
+    serve_host: str = "127.0.0.1"
+    serve_port: int = 8000
+    local_data_root: str = field(default_factory=_default_local_root)
+    poll_interval_s: float = 10.0
+    kubeconfig: str | None = None
+
+
+def validate_spec(name: str, raw: Any, runtime: Runtime) -> RagIndexSpec:
+    """The spec as the model, or InvalidInput with the message a human needs to fix it."""
+    validate_name(name)
+    try:
+        spec = RagIndexSpec.model_validate(dict(raw or {}))
+    except ValidationError as e:
+        raise InvalidInput(f"invalid spec: {e}") from e
+    if runtime == "local" and managed_elasticsearch(spec):
+        raise InvalidInput(
+            "a managed Elasticsearch needs the cluster runtime: set lexical.elasticsearchUrl"
+            " or lexical.backend 'embedded' for the local runtime"
+        )
+    return spec
+
+
+def _now() -> str:
+    return rfc3339(datetime.now(UTC))
+
+
+def _namespaced(namespace: str | None) -> str:
+    """RagIndex is a namespaced kind; kopf types the namespace as optional for cluster kinds."""
+    if not namespace:
+        raise kopf.PermanentError("RagIndex objects are namespaced; got one without a namespace")
+    return namespace
+
+
+def _write_status(patch: kopf.Patch, current: Any, desired: dict[str, Any]) -> None:
+    for key, value in status_patch(current, desired).items():
+        patch.status[key] = value
+
+
+class RagIndexOperator:
+    """The handlers with their clients; one instance per operator process."""
+
+    def __init__(self, options: OperatorOptions) -> None:
+        self.options = options
+        self._kube: AsyncClient | None = None
+        self._serve: local_runtime.ServeRestClient | None = None
+
+    @property
+    def kube(self) -> AsyncClient:
+        if self._kube is None:
+            raise RuntimeError("the operator has not started: no Kubernetes client")
+        return self._kube
+
+    @property
+    def serve(self) -> local_runtime.ServeRestClient:
+        if self._serve is None:
+            raise RuntimeError("the local runtime has not started: no Serve REST client")
+        return self._serve
+
+    async def startup(self, settings: kopf.OperatorSettings, **_: Any) -> None:
+        """Clients live in kopf's event loop; kopf's own finalizer only where deletion needs it."""
+        settings.persistence.finalizer = f"{GROUP}/operator"
+        settings.posting.level = logging.WARNING  # k8s events for warnings and errors only
+        config = KubeConfig.from_file(self.options.kubeconfig) if self.options.kubeconfig else None
+        self._kube = AsyncClient(config=config, field_manager=apply.FIELD_MANAGER)
+        if self.options.runtime == "local":
+            self._serve = local_runtime.ServeRestClient(self.options.ray_dashboard)
+
+    async def cleanup(self, **_: Any) -> None:
+        if self._kube is not None:
+            await self._kube.close()
+        if self._serve is not None:
+            await self._serve.aclose()
+
+    async def reconcile(
+        self,
+        *,
+        name: str,
+        namespace: str | None,
+        uid: str,
+        spec: Any,
+        meta: Any,
+        status: Any,
+        patch: kopf.Patch,
+        logger: Any,
+        **_: Any,
+    ) -> None:
+        namespace = _namespaced(namespace)
+        generation = int(meta.get("generation") or 0)
+        try:
+            parsed = validate_spec(name, spec, self.options.runtime)
+        except InvalidInput as e:
+            logger.warning(f"RagIndex {namespace}/{name} not applied: {e}")
+            verdict = Verdict(False, "InvalidSpec", str(e))
+            _write_status(
+                patch,
+                status,
+                desired_status(
+                    status, observed_generation=generation, now=_now(), reconcile=verdict
+                ),
+            )
+            return
+        try:
+            if self.options.runtime == "local":
+                desired = await self._reconcile_local(namespace, name, parsed, status, generation)
+            else:
+                desired = await self._reconcile_cluster(
+                    namespace, name, uid, parsed, status, generation
+                )
+        except (ApiError, RuntimeError, OSError) as e:
+            verdict = Verdict(False, "ApplyFailed", str(e))
+            _write_status(
+                patch,
+                status,
+                desired_status(
+                    status, observed_generation=generation, now=_now(), reconcile=verdict
+                ),
+            )
+            raise kopf.TemporaryError(f"apply failed: {e}", delay=APPLY_RETRY_S) from e
+        _write_status(patch, status, desired)
+
+    async def _reconcile_cluster(
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        spec: RagIndexSpec,
+        status: Any,
+        generation: int,
+    ) -> dict[str, Any]:
+        active = (status or {}).get("activeGeneration")
+        objects = render(
+            name, namespace, spec, uid=uid, active_generation=active, options=self.options.render
+        )
+        await apply.apply_objects(self.kube, objects)
+        target = index_generation(spec)
+        await apply.prune(self.kube, namespace, name, objects, keep_generations=(active, target))
+        return await self._cluster_serving(namespace, name, spec, status, generation, True)
+
+    async def _cluster_serving(
+        self,
+        namespace: str,
+        name: str,
+        spec: RagIndexSpec,
+        status: Any,
+        generation: int,
+        reconciled: bool,
+    ) -> dict[str, Any]:
+        """Status after reading the target RayService; prunes the old generation once it serves."""
+        active = (status or {}).get("activeGeneration")
+        target = index_generation(spec)
+        rs_name = ray_service_name(name, target)
+        observed = ray_service_verdict(
+            await apply.read_ray_service(self.kube, namespace, rs_name), rs_name
+        )
+        serving, new_active = rollout(active, target, observed)
+        if new_active == target and active not in (None, target):
+            # The new generation serves: point the Service at it and drop the old one.
+            objects = render(
+                name, namespace, spec, active_generation=target, options=self.options.render
+            )
+            await apply.apply_objects(self.kube, [o for o in objects if o["kind"] == "Service"])
+            await apply.prune(self.kube, namespace, name, objects, keep_generations=(target,))
+        return desired_status(
+            status,
+            observed_generation=generation,
+            now=_now(),
+            reconcile=Verdict(True, "Applied", f"generation {target} applied")
+            if reconciled
+            else None,
+            serving=serving,
+            endpoint=cluster_endpoint(name, namespace),
+            active_generation=new_active,
+        )
+
+    def _local_data_dir(self, namespace: str, name: str, generation: str) -> str:
+        return str(Path(self.options.local_data_root) / namespace / name / generation)
+
+    async def _reconcile_local(
+        self, namespace: str, name: str, spec: RagIndexSpec, status: Any, generation: int
+    ) -> dict[str, Any]:
+        target = index_generation(spec)
+        config = local_runtime.render_local(
+            namespace,
+            name,
+            spec,
+            data_dir=self._local_data_dir(namespace, name, target),
+            host=self.options.serve_host,
+            port=self.options.serve_port,
+        )
+        await self.serve.deploy(config)
+        return await self._local_serving(namespace, name, spec, status, generation, True)
+
+    async def _local_serving(
+        self,
+        namespace: str,
+        name: str,
+        spec: RagIndexSpec,
+        status: Any,
+        generation: int,
+        reconciled: bool,
+    ) -> dict[str, Any]:
+        # Serve's own rolling update keeps old replicas until new ones are healthy, so the
+        # local runtime redeploys one application in place; the generation names its data.
+        target = index_generation(spec)
+        app = local_runtime.app_name(namespace, name)
+        serving = local_runtime.serve_app_verdict(await self.serve.details(), app)
+        return desired_status(
+            status,
+            observed_generation=generation,
+            now=_now(),
+            reconcile=Verdict(True, "Applied", f"generation {target} deployed")
+            if reconciled
+            else None,
+            serving=serving,
+            endpoint=local_runtime.local_endpoint(
+                self.options.serve_host, self.options.serve_port, namespace, name
+            ),
+            active_generation=target if serving.ok else None,
+        )
+
+    async def check_ready(
+        self,
+        *,
+        name: str,
+        namespace: str | None,
+        spec: Any,
+        meta: Any,
+        status: Any,
+        patch: kopf.Patch,
+        **_: Any,
+    ) -> None:
+        """Timer: follow readiness of the applied spec; a spec not (yet) applied is skipped."""
+        namespace = _namespaced(namespace)
+        generation = int(meta.get("generation") or 0)
+        reconciled = find_condition((status or {}).get("conditions") or [], RECONCILED)
+        if (
+            reconciled is None
+            or reconciled.get("status") != "True"
+            or (status or {}).get("observedGeneration") != generation
+        ):
+            return
+        parsed = validate_spec(name, spec, self.options.runtime)
+        if self.options.runtime == "local":
+            desired = await self._local_serving(namespace, name, parsed, status, generation, False)
+        else:
+            desired = await self._cluster_serving(
+                namespace, name, parsed, status, generation, False
+            )
+        _write_status(patch, status, desired)
+
+    async def delete_local(self, *, name: str, namespace: str | None, **_: Any) -> None:
+        """Local runtime: there is no garbage collector for Serve apps, so remove ours."""
+        await self.serve.remove(local_runtime.app_name(_namespaced(namespace), name))
+
+
+def register(
+    options: OperatorOptions, registry: kopf.OperatorRegistry | None = None
+) -> kopf.OperatorRegistry:
+    """Register the RagIndex handlers, bound to `options`, on a (new) registry."""
+    reg = registry if registry is not None else kopf.OperatorRegistry()
+    op = RagIndexOperator(options)
+    kopf.on.startup(registry=reg)(op.startup)
+    kopf.on.cleanup(registry=reg)(op.cleanup)
+    for on in (kopf.on.create, kopf.on.update, kopf.on.resume):
+        on(GROUP, VERSION, PLURAL, registry=reg, id="reconcile", backoff=APPLY_RETRY_S)(
+            op.reconcile
+        )
+    kopf.timer(
+        GROUP,
+        VERSION,
+        PLURAL,
+        registry=reg,
+        id="ready",
+        interval=options.poll_interval_s,
+        initial_delay=options.poll_interval_s,
+    )(op.check_ready)
+    if options.runtime == "local":
+        kopf.on.delete(GROUP, VERSION, PLURAL, registry=reg, id="delete-serve-app")(op.delete_local)
+    return reg
