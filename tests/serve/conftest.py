@@ -1,0 +1,75 @@
+"""A real local Serve app (session-scoped Ray) over real HTTP, with real MiniLM."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+os.environ["RAY_AUTH_MODE"] = "disabled"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class ServedApp:
+    url: str
+    data_dir: Path
+
+    def client(self, token: str | None = None) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=60.0)
+
+
+@pytest.fixture(scope="session")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedApp]:
+    import ray
+    from ray import serve
+
+    from ragindex.app.serve_app import build_app
+    from ragindex.app.serve_cli import app_args
+    from ragindex.config import RagIndexSpec
+
+    data_dir = tmp_path_factory.mktemp("serve-data")
+    port = free_port()
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        spec = RagIndexSpec.model_validate({"dense": {"shards": 2}})
+        app = build_app(app_args(data_dir, spec.model_dump(mode="json", by_alias=True)))
+        serve.run(app, name="ragindex", route_prefix="/")
+        served = ServedApp(f"http://127.0.0.1:{port}", data_dir)
+        _wait_ready(served)
+        yield served
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+
+
+def _wait_ready(served: ServedApp, timeout_s: float = 120.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    with served.client() as client:
+        while time.monotonic() < deadline:
+            try:
+                if client.get("/readyz").status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.25)
+    raise TimeoutError(f"{served.url} not ready within {timeout_s} s")

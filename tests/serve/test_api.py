@@ -1,0 +1,309 @@
+"""HTTP API v1 end to end: a real local Serve app, real MiniLM, real HTTP."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+from conftest import ServedApp
+
+from ragindex.router.auth import create_token
+from ragindex.router.http import MAX_BATCH_DOCUMENTS, MAX_BODY_BYTES
+from ragindex.types import MAX_DOCUMENT_CHARS
+
+pytestmark = pytest.mark.serve
+
+DOCS = [
+    {
+        "source": "wiki",
+        "doc_id": "lighthouse",
+        "title": "Lighthouses",
+        "text": "A lighthouse is a tower with a bright lamp that guides ships at night"
+        " along dangerous coasts and harbour entrances.",
+    },
+    {
+        "source": "wiki",
+        "doc_id": "volcano",
+        "title": "Volcanoes",
+        "text": "A volcano is a rupture in the crust of a planet where lava, ash and gases"
+        " escape from a magma chamber below the surface.",
+    },
+    {
+        "source": "wiki",
+        "doc_id": "bread",
+        "title": "Bread",
+        "text": "Bread is baked from a dough of flour and water, leavened with yeast"
+        " and shaped into loaves before it goes into a hot oven.",
+        "updated": "2024-05-01T12:00:00+00:00",
+        "metadata": {"lang": "en"},
+    },
+]
+SECRET = (
+    "The launch code for project nightjar is stored in the blue cabinet behind the"
+    " observatory telescope mirror."
+)
+
+
+@pytest.fixture(scope="module")
+def tokens(served: ServedApp) -> dict[str, str]:
+    return {t: create_token(served.data_dir, t) for t in ("alpha", "beta")}
+
+
+@pytest.fixture(scope="module")
+def loaded(served: ServedApp, tokens: dict[str, str]) -> ServedApp:
+    with served.client(tokens["alpha"]) as client:
+        r = client.post("/v1/documents", json={"documents": DOCS})
+        assert r.status_code == 200, r.text
+    with served.client(tokens["beta"]) as client:
+        secret = {"source": "vault", "doc_id": "nightjar", "title": "Vault", "text": SECRET}
+        r = client.post("/v1/documents", json={"documents": [secret]})
+        assert r.status_code == 200, r.text
+    return served
+
+
+def search(client: Any, query: str, **kw: Any) -> dict[str, Any]:
+    r = client.post("/v1/search", json={"query": query, **kw})
+    assert r.status_code == 200, r.text
+    return r.json()  # type: ignore[no-any-return]
+
+
+def test_upsert_reports_per_document_counts(served: ServedApp, tokens: dict[str, str]) -> None:
+    doc = {"source": "notes", "doc_id": "counts", "title": "t", "text": "Counting chunks."}
+    with served.client(tokens["alpha"]) as client:
+        first = client.post("/v1/documents", json={"documents": [doc]}).json()
+        again = client.post("/v1/documents", json={"documents": [doc]}).json()
+        edited = {**doc, "text": "Counting chunks again, differently this time."}
+        third = client.post("/v1/documents", json={"documents": [edited]}).json()
+    assert first["documents"] == [
+        {"source": "notes", "doc_id": "counts", "added": 1, "unchanged": 0, "removed": 0}
+    ]
+    assert again["documents"][0] == {
+        "source": "notes",
+        "doc_id": "counts",
+        "added": 0,
+        "unchanged": 1,
+        "removed": 0,
+    }
+    assert third["documents"][0]["added"] == 1
+    assert third["documents"][0]["unchanged"] == 0
+
+
+def test_search_returns_cited_hits_with_ranks_and_timings(
+    loaded: ServedApp, tokens: dict[str, str]
+) -> None:
+    with loaded.client(tokens["alpha"]) as client:
+        body = search(client, "tower with a lamp guiding ships", k=3)
+    top = body["hits"][0]
+    assert top["chunk_id"] == "wiki:lighthouse:0"
+    assert (top["source"], top["doc_id"], top["title"]) == ("wiki", "lighthouse", "Lighthouses")
+    assert "lighthouse" in top["text"]
+    assert set(top["ranks"]) == {"dense", "lexical"}
+    assert len(body["hits"]) <= 3
+    assert {"embed", "dense", "lexical", "fusion", "fetch"} <= set(body["timings_ms"])
+    for mode in ("dense", "lexical"):
+        with loaded.client(tokens["alpha"]) as client:
+            hits = search(client, "magma and lava", k=2, mode=mode)["hits"]
+        assert hits[0]["doc_id"] == "volcano"
+        assert set(hits[0]["ranks"]) == {mode}
+
+
+def test_deleted_document_never_returns(served: ServedApp, tokens: dict[str, str]) -> None:
+    doc = {
+        "source": "tmp",
+        "doc_id": "ephemeral",
+        "title": "Ephemeral",
+        "text": "Quokkas are small marsupials that live on Rottnest island near Perth.",
+    }
+    with served.client(tokens["alpha"]) as client:
+        assert client.post("/v1/documents", json={"documents": [doc]}).status_code == 200
+        assert search(client, "quokka marsupial Rottnest")["hits"][0]["doc_id"] == "ephemeral"
+        r = client.delete("/v1/documents/tmp/ephemeral")
+        assert r.status_code == 200, r.text
+        assert r.json() == {"source": "tmp", "doc_id": "ephemeral", "removed": 1}
+        for mode in ("hybrid", "dense", "lexical"):
+            hits = search(client, "quokka marsupial Rottnest", k=100, mode=mode)["hits"]
+            assert all(h["doc_id"] != "ephemeral" for h in hits), mode
+        assert client.delete("/v1/documents/tmp/ephemeral").json()["removed"] == 0
+
+
+def test_no_cross_tenant_hit_even_for_exact_text(loaded: ServedApp, tokens: dict[str, str]) -> None:
+    with loaded.client(tokens["alpha"]) as client:
+        for mode in ("hybrid", "dense", "lexical"):
+            hits = search(client, SECRET, k=100, mode=mode)["hits"]
+            assert all(h["source"] != "vault" for h in hits), mode
+    with loaded.client(tokens["beta"]) as client:
+        hits = search(client, SECRET, k=100)["hits"]
+    assert [h["chunk_id"] for h in hits] == ["vault:nightjar:0"]
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [{}, {"Authorization": "Bearer not-a-token"}, {"Authorization": "Basic abc"}],
+    ids=["none", "unknown", "not-bearer"],
+)
+def test_missing_or_unknown_token_is_401(
+    loaded: ServedApp, tokens: dict[str, str], headers: dict[str, str]
+) -> None:
+    with loaded.client() as client:
+        for method, path, body in (
+            ("POST", "/v1/search", {"query": "lighthouse"}),
+            ("POST", "/v1/documents", {"documents": DOCS[:1]}),
+            ("DELETE", "/v1/documents/wiki/lighthouse", None),
+            ("GET", "/v1/stats", None),
+        ):
+            r = client.request(method, path, json=body, headers=headers)
+            assert r.status_code == 401, (path, r.text)
+            assert r.json()["detail"]
+    with loaded.client(tokens["alpha"]) as client:
+        hits = search(client, "lighthouse", k=100)["hits"]
+    assert "wiki:lighthouse:0" in [h["chunk_id"] for h in hits]  # the refused delete did nothing
+
+
+def test_token_minted_while_serving_works_at_once(loaded: ServedApp) -> None:
+    token = create_token(loaded.data_dir, "gamma")
+    with loaded.client(token) as client:
+        assert search(client, "lighthouse")["hits"] == []  # gamma owns nothing yet
+        assert client.get("/v1/stats").json()["chunks"] == 0
+
+
+BAD_REQUESTS: list[tuple[str, str, Any, int, str]] = [
+    ("POST", "/v1/search", b'{"query": "x", ', 400, "not valid JSON"),
+    ("POST", "/v1/documents", b"\xff\xfe garbage", 400, "not valid JSON"),
+    ("POST", "/v1/search", {"query": "x", "k": "5"}, 422, "k"),
+    ("POST", "/v1/search", {"query": "x", "k": 0}, 422, "k"),
+    ("POST", "/v1/search", {"query": "x", "k": 101}, 422, "k"),
+    ("POST", "/v1/search", {"query": "x", "k": 2.5}, 422, "k"),
+    ("POST", "/v1/search", {"query": 7}, 422, "query"),
+    ("POST", "/v1/search", {"query": "x" * 4097}, 422, "query"),
+    ("POST", "/v1/search", {"query": ""}, 422, "query"),
+    ("POST", "/v1/search", {"query": "x", "mode": "fuzzy"}, 422, "mode"),
+    ("POST", "/v1/search", {"query": "x", "rerank": "yes"}, 422, "rerank"),
+    ("POST", "/v1/search", {"query": "x", "tenant_id": "beta"}, 422, "tenant_id"),
+    ("POST", "/v1/search", [1, 2], 422, "body"),
+    ("POST", "/v1/documents", {"documents": "nope"}, 422, "documents"),
+    ("POST", "/v1/documents", {"documents": []}, 422, "documents"),
+    ("POST", "/v1/documents", {"documents": [{"source": "s", "doc_id": "d"}]}, 422, "text"),
+    (
+        "POST",
+        "/v1/documents",
+        {"documents": [{"source": "s", "doc_id": "d", "title": "t", "text": 5}]},
+        422,
+        "text",
+    ),
+    (
+        "POST",
+        "/v1/documents",
+        {"documents": [{"source": "a/b", "doc_id": "d", "title": "t", "text": "x"}]},
+        400,
+        "source",
+    ),
+    (
+        "POST",
+        "/v1/documents",
+        {"documents": [{"source": "s", "doc_id": "d", "title": "t", "text": "   "}]},
+        400,
+        "empty",
+    ),
+    (
+        "POST",
+        "/v1/documents",
+        {"documents": [{"source": "s", "doc_id": "d", "text": "x", "updated": "yesterday"}]},
+        422,
+        "ISO-8601",
+    ),
+    (
+        "POST",
+        "/v1/documents",
+        {"documents": [{"source": "s", "doc_id": f"d{i}", "text": "x"} for i in range(257)]},
+        422,
+        "documents",
+    ),
+    (
+        "POST",
+        "/v1/documents",
+        {"documents": [{"source": "s", "doc_id": "big", "text": "x" * (MAX_DOCUMENT_CHARS + 1)}]},
+        422,
+        "text",
+    ),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "body", "status", "mentions"), BAD_REQUESTS)
+def test_bad_input_is_4xx_with_a_message_and_changes_nothing(
+    loaded: ServedApp,
+    tokens: dict[str, str],
+    method: str,
+    path: str,
+    body: Any,
+    status: int,
+    mentions: str,
+) -> None:
+    assert MAX_BATCH_DOCUMENTS == 256
+    with loaded.client(tokens["alpha"]) as client:
+        before = client.get("/v1/stats").json()["chunks"]
+        content = body if isinstance(body, bytes) else json.dumps(body).encode()
+        r = client.request(
+            method, path, content=content, headers={"Content-Type": "application/json"}
+        )
+        assert r.status_code == status, r.text
+        assert mentions in r.json()["detail"]
+        assert client.get("/v1/stats").json()["chunks"] == before
+
+
+def test_oversize_body_is_413(loaded: ServedApp, tokens: dict[str, str]) -> None:
+    big = b'{"query": "' + b"x" * (MAX_BODY_BYTES + 10) + b'"}'
+    with loaded.client(tokens["alpha"]) as client:
+        r = client.post("/v1/search", content=big, headers={"Content-Type": "application/json"})
+        assert r.status_code == 413
+        assert "limit" in r.json()["detail"]
+
+        def chunks() -> Any:  # no Content-Length: the streamed body is counted instead
+            for _ in range(17):
+                yield b"x" * (1024 * 1024)
+
+        r = client.post("/v1/search", content=chunks())
+        assert r.status_code == 413
+
+
+def test_ops_endpoints(loaded: ServedApp, tokens: dict[str, str]) -> None:
+    with loaded.client() as client:
+        assert client.get("/healthz").json() == {"status": "ok"}
+        ready = client.get("/readyz")
+        assert ready.status_code == 200 and ready.json()["status"] == "ready"
+        openapi = client.get("/openapi.json").json()
+        assert {
+            "/v1/documents",
+            "/v1/documents/{source}/{doc_id}",
+            "/v1/search",
+            "/v1/stats",
+            "/healthz",
+            "/readyz",
+            "/metrics",
+        } <= set(openapi["paths"])
+        assert "delete" in openapi["paths"]["/v1/documents/{source}/{doc_id}"]
+    with loaded.client(tokens["alpha"]) as client:
+        stats = client.get("/v1/stats").json()
+        assert stats["tenant"] == "alpha"
+        assert stats["chunks"] >= len(DOCS)
+        assert stats["dense_vectors"] == stats["chunks"] == stats["lexical_docs"]
+        assert stats["shards"] == 2
+        search(client, "bread")
+    with loaded.client() as client:
+        metrics = client.get("/metrics")
+    assert metrics.status_code == 200
+    assert 'ragindex_http_requests_total{route="/v1/search",status="200"}' in metrics.text
+    assert "ragindex_http_request_seconds_bucket" in metrics.text
+
+
+def test_writes_are_visible_within_the_freshness_bound(
+    served: ServedApp, tokens: dict[str, str]
+) -> None:
+    doc = {"source": "fresh", "doc_id": "d1", "title": "", "text": "Axolotls regrow limbs."}
+    with served.client(tokens["alpha"]) as client:
+        start = time.monotonic()
+        assert client.post("/v1/documents", json={"documents": [doc]}).status_code == 200
+        while not search(client, "axolotl regrow", mode="lexical")["hits"]:
+            assert time.monotonic() - start < 2.0
+            time.sleep(0.05)
