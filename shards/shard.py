@@ -1,0 +1,220 @@
+"""A dense shard: tenant -> partition, stamped with one embedding model identity.
+
+Snapshots are a directory of generation-numbered partition files plus `manifest.json`,
+which names them, stamps the identity and records the WAL offset the snapshot covers. The
+manifest is renamed into place last, so a crash at any point leaves the previous manifest
+pointing at the previous, complete set of files.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ragindex.config import HnswSpec
+from ragindex.errors import IdentityMismatch, InvalidInput
+from ragindex.shards.fsio import fsync_dir, write_durable
+from ragindex.shards.partition import TenantPartition
+from ragindex.shards.vectors import (
+    prepare_query,
+    prepare_vectors,
+    validate_chunk_ids,
+    validate_top_k,
+)
+from ragindex.types import ModelIdentity, ScoredId, validate_tenant
+
+MANIFEST = "manifest.json"
+FORMAT = 1
+_GENERATION_FILE = re.compile(r"^g(\d+)-.*\.(faiss|json)$")
+_LOAD_RETRIES = 5
+
+
+def check_identity(expected: ModelIdentity, got: ModelIdentity, what: str = "query") -> None:
+    """Refuse vectors made by another embedding model identity (DESIGN.md invariant 2)."""
+    if got != expected:
+        raise IdentityMismatch(
+            f"{what} uses embedding model identity {got.to_dict()}, but this index was built"
+            f" with {expected.to_dict()}; vectors of two models never mix"
+        )
+
+
+class DenseShard:
+    """Per-tenant partitions of one shard. Thread-safe: one lock serialises all access."""
+
+    def __init__(self, identity: ModelIdentity, hnsw: HnswSpec, exact_threshold: int) -> None:
+        self.identity = identity
+        self.hnsw = hnsw
+        self.exact_threshold = exact_threshold
+        self.wal_offset = 0  # the WAL offset this state covers (set by replay and load)
+        self._partitions: dict[str, TenantPartition] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def dim(self) -> int:
+        return self.identity.dimension
+
+    def upsert(self, tenant_id: str, chunk_ids: Sequence[str], vectors: object) -> None:
+        """Insert or replace a tenant's chunks; bad input raises and changes nothing."""
+        tenant = validate_tenant(tenant_id)
+        vecs = prepare_vectors(vectors, self.dim)
+        ids = validate_chunk_ids(chunk_ids, len(vecs))
+        if not ids:
+            return
+        with self._lock:
+            part = self._partitions.get(tenant)
+            if part is None:
+                part = TenantPartition(self.dim, self.hnsw, self.exact_threshold)
+                part.upsert(ids, vecs)
+                self._partitions[tenant] = part
+            else:
+                part.upsert(ids, vecs)
+
+    def delete(self, tenant_id: str, chunk_ids: Sequence[str]) -> int:
+        """Tombstone chunks of a tenant; returns how many were live."""
+        tenant = validate_tenant(tenant_id)
+        ids = validate_chunk_ids(chunk_ids)
+        with self._lock:
+            part = self._partitions.get(tenant)
+            return part.delete(ids) if part is not None else 0
+
+    def search(
+        self, query_vector: object, top_k: int, tenant_id: str, identity: ModelIdentity
+    ) -> list[ScoredId]:
+        """The tenant's top-k chunks; only that tenant's partition is ever searched."""
+        tenant = validate_tenant(tenant_id)
+        check_identity(self.identity, identity)
+        k = validate_top_k(top_k)
+        query = prepare_query(query_vector, self.dim)
+        with self._lock:
+            part = self._partitions.get(tenant)
+            return part.search(query, k) if part is not None else []
+
+    def count(self, tenant_id: str) -> int:
+        tenant = validate_tenant(tenant_id)
+        with self._lock:
+            part = self._partitions.get(tenant)
+            return len(part) if part is not None else 0
+
+    def kind_of(self, tenant_id: str) -> str | None:
+        """How this shard searches the tenant ("flat" or "hnsw"), None if it holds none."""
+        tenant = validate_tenant(tenant_id)
+        with self._lock:
+            part = self._partitions.get(tenant)
+            return part.kind if part is not None and len(part) else None
+
+    def tenants(self) -> list[str]:
+        with self._lock:
+            return sorted(t for t, p in self._partitions.items() if len(p))
+
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "vectors": sum(len(p) for p in self._partitions.values()),
+                "tombstones": sum(p.tombstones for p in self._partitions.values()),
+                "tenants": sum(1 for p in self._partitions.values() if len(p)),
+                "hnsw_partitions": sum(1 for p in self._partitions.values() if p.kind == "hnsw"),
+                "wal_offset": self.wal_offset,
+            }
+
+    def compact(self) -> None:
+        """Rebuild every partition without tombstones and drop emptied tenants."""
+        with self._lock:
+            for tenant in list(self._partitions):
+                part = self._partitions[tenant]
+                if not len(part):
+                    del self._partitions[tenant]
+                elif part.tombstones:
+                    part.compact()
+
+    def save(self, directory: Path) -> None:
+        """Write a snapshot atomically (temp files, fsync, rename; the manifest last)."""
+        directory.mkdir(parents=True, exist_ok=True)
+        previous = _read_manifest(directory)
+        generation = previous["generation"] + 1 if previous else 1
+        files: dict[str, dict[str, str]] = {}
+        with self._lock:
+            for tenant, part in sorted(self._partitions.items()):
+                if not len(part):
+                    continue
+                index_bytes, meta_bytes = part.to_files()
+                names = {
+                    "index": f"g{generation}-{tenant}.faiss",
+                    "meta": f"g{generation}-{tenant}.json",
+                }
+                write_durable(directory / names["index"], index_bytes)
+                write_durable(directory / names["meta"], meta_bytes)
+                files[tenant] = names
+            manifest = {
+                "format": FORMAT,
+                "generation": generation,
+                "identity": self.identity.to_dict(),
+                "hnsw": self.hnsw.model_dump(),
+                "exact_threshold": self.exact_threshold,
+                "wal_offset": self.wal_offset,
+                "partitions": files,
+            }
+        write_durable(directory / MANIFEST, json.dumps(manifest, indent=1).encode())
+        fsync_dir(directory)
+        keep = {MANIFEST} | {name for names in files.values() for name in names.values()}
+        for path in directory.iterdir():
+            if path.name not in keep and (
+                _GENERATION_FILE.match(path.name) or path.name.startswith(".")
+            ):
+                path.unlink(missing_ok=True)
+
+    @classmethod
+    def load(
+        cls, directory: Path, hnsw: HnswSpec | None = None, exact_threshold: int | None = None
+    ) -> DenseShard:
+        """Read the snapshot the manifest names; `hnsw`/`exact_threshold` override the saved ones.
+
+        Retries if a concurrent `save` removed the files between reading the manifest and them.
+        """
+        for attempt in range(_LOAD_RETRIES):
+            manifest = _read_manifest(directory)
+            if manifest is None:
+                raise FileNotFoundError(f"no dense shard snapshot in {directory}")
+            try:
+                return cls._from_manifest(directory, manifest, hnsw, exact_threshold)
+            except FileNotFoundError:
+                if attempt == _LOAD_RETRIES - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    @classmethod
+    def _from_manifest(
+        cls,
+        directory: Path,
+        manifest: dict[str, Any],
+        hnsw: HnswSpec | None,
+        exact_threshold: int | None,
+    ) -> DenseShard:
+        if manifest.get("format") != FORMAT:
+            raise InvalidInput(f"{directory}: unsupported snapshot format {manifest.get('format')}")
+        shard = cls(
+            ModelIdentity.from_dict(manifest["identity"]),
+            hnsw or HnswSpec.model_validate(manifest["hnsw"]),
+            manifest["exact_threshold"] if exact_threshold is None else exact_threshold,
+        )
+        shard.wal_offset = int(manifest["wal_offset"])
+        for tenant, names in manifest["partitions"].items():
+            shard._partitions[tenant] = TenantPartition.from_files(
+                (directory / names["index"]).read_bytes(),
+                (directory / names["meta"]).read_bytes(),
+                shard.dim,
+                shard.hnsw,
+                shard.exact_threshold,
+            )
+        return shard
+
+
+def _read_manifest(directory: Path) -> dict[str, Any] | None:
+    try:
+        data: dict[str, Any] = json.loads((directory / MANIFEST).read_bytes())
+    except FileNotFoundError:
+        return None
+    return data
