@@ -35,7 +35,10 @@ _DIGIT = r"\p{Nd}"
 # UAX #29 MidNumLet and Single_Quote join letters and digits alike.
 _MID_NUM_LET = r".'\x{2018}\x{2019}\x{2024}\x{FE52}\x{FF07}\x{FF0E}"
 _MID_LETTER = r":\x{B7}\x{387}\x{55F}\x{5F4}\x{2027}\x{FE13}\x{FE55}\x{FF1A}"
-_MID_NUM = r",;\x{37E}\x{589}\x{60C}\x{60D}\x{66C}\x{7F8}\x{2044}\x{FE10}\x{FE14}\x{FE50}\x{FE54}\x{FF0C}\x{FF1B}"
+_MID_NUM = (
+    r",;\x{37E}\x{589}\x{60C}\x{60D}\x{66C}\x{7F8}\x{2044}"
+    r"\x{FE10}\x{FE14}\x{FE50}\x{FE54}\x{FF0C}\x{FF1B}"
+)
 
 _LETTERS = rf"{_LETTER}(?:[{_MID_LETTER}{_MID_NUM_LET}]{_LETTER})*"
 _DIGITS = rf"{_DIGIT}(?:[{_MID_NUM}{_MID_NUM_LET}]{_DIGIT})*"

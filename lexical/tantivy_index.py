@@ -152,7 +152,8 @@ class TantivyIndex:
         tenant = validate_search("", 1, tenant_id)[2]
         self._live_writer()
         searcher = self._index.searcher()
-        return int(searcher.search(self._tenant_clause(tenant), limit=1, count=True).count)
+        result = searcher.search(self._tenant_clause(tenant), limit=1, count=True)
+        return int(result.count)  # type: ignore[attr-defined]  # missing from tantivy's stub
 
     def close(self) -> None:
         """Release the writer lock (pending merges finish first); idempotent."""

@@ -1,0 +1,381 @@
+"""The production BM25 backend: Elasticsearch behind an alias, one concrete index per generation.
+
+- Searches go through the alias `<alias>`; writes go to the concrete index
+  `<alias>-<generation>` this object is bound to. A new generation (say, after a change of
+  chunking) is built beside the live one and `swap_alias` moves the alias in one `_aliases`
+  call (remove + add are atomic), then deletes the old index, so searches never see a gap.
+- The tenant is a `filter` clause inside a bool query (DESIGN.md invariant 1): it restricts
+  without changing BM25 scores. Document `_id` = tenant + chunk id (`documents.doc_key`).
+- Freshness: writes use `refresh="wait_for"`, so a write returns once a refresh has made it
+  searchable, and the index's `refresh_interval` (default 1 s) is the freshness bound. A forced
+  refresh per write would give the same guarantee at the price of a tiny segment per write.
+- Analysis is the built-in `standard` analyzer (the tantivy backend reproduces it) and BM25
+  is configured explicitly with k1=1.2, b=0.75, so both backends rank alike.
+- Every request has a timeout and no retries: a down or silent server raises
+  BackendUnavailable within `timeout_s` (writes: `timeout_s` + the refresh interval).
+- Wire protocol: the 9.x Python client asks for REST API version 9, which 8.x servers reject.
+  `make_client` asks for REST compatibility version 8 instead, which 8.x servers speak natively
+  and 9.x servers accept, so one client works with both (the test harness runs 8.19, the
+  newest integration-test distribution on Maven Central).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from elastic_transport import (
+    ConnectionError as TransportConnectionError,
+)
+from elastic_transport import HttpHeaders, TransportError, Urllib3HttpNode
+from elastic_transport._node._base import NodeApiResponse
+from elastic_transport.client_utils import DEFAULT, DefaultType
+from elasticsearch import ApiError, Elasticsearch, NotFoundError
+
+from ragindex.errors import BackendUnavailable, InvalidInput, RagIndexError
+from ragindex.lexical.analysis import analyze
+from ragindex.lexical.documents import (
+    doc_key,
+    indexed_text,
+    validate_chunks,
+    validate_ids,
+    validate_search,
+)
+from ragindex.types import Chunk, ScoredId
+
+ALIAS_RE = re.compile(r"^[a-z][a-z0-9_]{0,99}$")
+GENERATION_RE = re.compile(r"^[a-z0-9][a-z0-9_]{0,63}$")
+BM25_K1 = 1.2
+BM25_B = 0.75
+_SIMILARITY = "ragindex_bm25"
+_COMPAT_RE = re.compile(r"compatible-with=\d+")
+
+
+class BulkWriteError(RagIndexError):
+    """Some items of a bulk write failed; `failures` maps chunk id to the server's reason."""
+
+    def __init__(self, failures: dict[str, str]) -> None:
+        self.failures = failures
+        shown = "; ".join(f"{k}: {v}" for k, v in list(failures.items())[:5])
+        super().__init__(f"{len(failures)} bulk item(s) failed: {shown}")
+
+
+class _CompatV8Node(Urllib3HttpNode):
+    """Ask for REST API compatibility version 8 (see the module docstring)."""
+
+    def perform_request(
+        self,
+        method: str,
+        target: str,
+        body: bytes | None = None,
+        headers: HttpHeaders | None = None,
+        request_timeout: DefaultType | float | None = DEFAULT,
+    ) -> NodeApiResponse:
+        if headers is not None:
+            headers = headers.copy()
+            for name in ("accept", "content-type"):
+                if name in headers:
+                    headers[name] = _COMPAT_RE.sub("compatible-with=8", headers[name])
+        return super().perform_request(method, target, body, headers, request_timeout)
+
+
+def make_client(url: str, timeout_s: float = 2.0) -> Elasticsearch:
+    """A client for one Elasticsearch URL: bounded timeout, no retries, REST compat v8."""
+    return Elasticsearch(
+        url,
+        node_class=_CompatV8Node,
+        request_timeout=timeout_s,
+        max_retries=0,
+        retry_on_timeout=False,
+    )
+
+
+def index_template(
+    alias: str, refresh_interval_s: float, shards: int, replicas: int
+) -> dict[str, Any]:
+    """Settings and mappings for every generation of `alias` (pure, for tests and operators)."""
+    return {
+        "index_patterns": [f"{alias}-*"],
+        "template": {
+            "settings": {
+                "number_of_shards": shards,
+                "number_of_replicas": replicas,
+                "refresh_interval": f"{round(refresh_interval_s * 1000)}ms",
+                "similarity": {_SIMILARITY: {"type": "BM25", "k1": BM25_K1, "b": BM25_B}},
+            },
+            "mappings": {
+                "dynamic": "strict",
+                "properties": {
+                    "text": {"type": "text", "analyzer": "standard", "similarity": _SIMILARITY},
+                    "tenant_id": {"type": "keyword"},
+                    "chunk_id": {"type": "keyword"},
+                    "source": {"type": "keyword"},
+                    "doc_id": {"type": "keyword"},
+                    "generation": {"type": "keyword"},
+                },
+            },
+        },
+    }
+
+
+def search_body(terms_text: str, tenant_id: str) -> dict[str, Any]:
+    """The query: tenant as a filter (no score), BM25 `match` on the analysed text."""
+    return {
+        "bool": {
+            "filter": [{"term": {"tenant_id": tenant_id}}],
+            "must": [{"match": {"text": {"query": terms_text}}}],
+        }
+    }
+
+
+class ElasticsearchIndex:
+    """LexicalIndex on Elasticsearch; see the module docstring for the guarantees."""
+
+    def __init__(
+        self,
+        client: Elasticsearch | str,
+        alias: str,
+        generation: str = "1",
+        timeout_s: float = 2.0,
+        refresh_interval_s: float = 1.0,
+        shards: int = 1,
+        replicas: int = 0,
+    ) -> None:
+        if not isinstance(alias, str) or not ALIAS_RE.match(alias):
+            raise InvalidInput(
+                f"alias {alias!r} is malformed: 1-100 characters of a-z, 0-9 or '_',"
+                " starting with a letter (no '-': it separates alias and generation)"
+            )
+        self._check_generation(generation)
+        if not timeout_s > 0 or not refresh_interval_s > 0:
+            raise InvalidInput("timeout_s and refresh_interval_s must be positive")
+        self._owns_client = isinstance(client, str)
+        self._client = make_client(client, timeout_s) if isinstance(client, str) else client
+        self.alias = alias
+        self.generation = generation
+        self.timeout_s = timeout_s
+        self.refresh_interval_s = refresh_interval_s
+        self._template = index_template(alias, refresh_interval_s, shards, replicas)
+        self._admin_timeout_s = max(30.0, 10 * timeout_s)
+
+    @classmethod
+    def open(cls, client: Elasticsearch | str, alias: str, **kwargs: Any) -> ElasticsearchIndex:
+        """Construct and make sure the template, the generation's index and the alias exist."""
+        index = cls(client, alias, **kwargs)
+        index.ensure_generation()
+        return index
+
+    @staticmethod
+    def _check_generation(generation: object) -> str:
+        if not isinstance(generation, str) or not GENERATION_RE.match(generation):
+            raise InvalidInput(
+                f"generation {generation!r} is malformed: 1-64 characters of a-z, 0-9 or '_'"
+            )
+        return generation
+
+    def index_name(self, generation: str | None = None) -> str:
+        return f"{self.alias}-{generation or self.generation}"
+
+    def _es(self, timeout_s: float) -> Elasticsearch:
+        return self._client.options(request_timeout=timeout_s, max_retries=0)
+
+    def _call(self, what: str, timeout_s: float, fn: Any, **kwargs: Any) -> Any:
+        """Run one request; a down, silent or failing server becomes BackendUnavailable."""
+        try:
+            return fn(self._es(timeout_s), **kwargs)
+        except TransportConnectionError as exc:  # includes ConnectionTimeout
+            raise BackendUnavailable(
+                f"Elasticsearch did not answer {what} within {timeout_s:g}s: {exc}"
+            ) from exc
+        except TransportError as exc:
+            raise BackendUnavailable(f"Elasticsearch transport error during {what}: {exc}") from exc
+        except ApiError as exc:
+            if exc.status_code >= 500 or exc.status_code == 429:
+                raise BackendUnavailable(
+                    f"Elasticsearch failed {what} with HTTP {exc.status_code}: {exc}"
+                ) from exc
+            raise
+
+    def ensure_generation(self, generation: str | None = None) -> str:
+        """Create the template and the generation's index if absent; point the alias at it
+        when the alias does not exist yet. Returns the concrete index name."""
+        gen = self._check_generation(generation or self.generation)
+        name = self.index_name(gen)
+        t = self._admin_timeout_s
+        self._call(
+            "put index template",
+            t,
+            lambda es, **kw: es.indices.put_index_template(**kw),
+            name=f"{self.alias}-template",
+            **self._template,
+        )
+        try:
+            self._call(
+                "create index",
+                t,
+                lambda es, **kw: es.indices.create(**kw),
+                index=name,
+                mappings={"_meta": {"alias": self.alias, "generation": gen}},
+            )
+        except ApiError as exc:
+            if exc.error != "resource_already_exists_exception":
+                raise
+        if not self._alias_targets():
+            self._call(
+                "add alias",
+                t,
+                lambda es, **kw: es.indices.update_aliases(**kw),
+                actions=[{"add": {"index": name, "alias": self.alias}}],
+            )
+        return name
+
+    def _alias_targets(self) -> list[str]:
+        try:
+            found = self._call(
+                "get alias",
+                self._admin_timeout_s,
+                lambda es, **kw: es.indices.get_alias(**kw),
+                name=self.alias,
+            )
+        except NotFoundError:
+            return []
+        return sorted(found.body)
+
+    def swap_alias(self, new_generation: str) -> None:
+        """Atomically point the alias at `<alias>-<new_generation>`, then drop the old index."""
+        gen = self._check_generation(new_generation)
+        new_index = self.index_name(gen)
+        t = self._admin_timeout_s
+        exists = self._call(
+            "check index", t, lambda es, **kw: es.indices.exists(**kw), index=new_index
+        )
+        if not exists:
+            raise InvalidInput(f"cannot swap alias {self.alias} to {new_index}: it does not exist")
+        old = [i for i in self._alias_targets() if i != new_index]
+        actions: list[dict[str, Any]] = [{"remove": {"index": i, "alias": self.alias}} for i in old]
+        actions.append({"add": {"index": new_index, "alias": self.alias}})
+        self._call(
+            "swap alias", t, lambda es, **kw: es.indices.update_aliases(**kw), actions=actions
+        )
+        self.generation = gen
+        for index in old:
+            self._call("delete index", t, lambda es, **kw: es.indices.delete(**kw), index=index)
+
+    def _bulk(self, operations: list[dict[str, Any]], chunk_ids: list[str]) -> None:
+        resp = self._call(
+            "bulk write",
+            self.timeout_s + self.refresh_interval_s,
+            lambda es, **kw: es.bulk(**kw),
+            operations=operations,
+            refresh="wait_for",
+        )
+        if not resp.get("errors"):
+            return
+        failures: dict[str, str] = {}
+        for chunk_id, item in zip(chunk_ids, resp["items"], strict=True):
+            (op, result), *_ = item.items()
+            if "error" in result and not (op == "delete" and result.get("status") == 404):
+                error = result["error"]
+                failures[chunk_id] = f"{error.get('type')}: {error.get('reason')}"
+        if failures:
+            raise BulkWriteError(failures)
+
+    def upsert(self, chunks: Sequence[Chunk]) -> None:
+        """Index (replace) each chunk by (tenant, chunk id); searchable when this returns."""
+        valid = validate_chunks(chunks)
+        if not valid:
+            return
+        index = self.index_name()
+        ops: list[dict[str, Any]] = []
+        for c in valid:
+            ops.append({"index": {"_index": index, "_id": doc_key(c.tenant_id, c.chunk_id)}})
+            ops.append(
+                {
+                    "text": indexed_text(c),
+                    "tenant_id": c.tenant_id,
+                    "chunk_id": c.chunk_id,
+                    "source": c.source,
+                    "doc_id": c.doc_id,
+                    "generation": self.generation,
+                }
+            )
+        self._bulk(ops, [c.chunk_id for c in valid])
+
+    def delete(self, tenant_id: str, chunk_ids: Sequence[str]) -> None:
+        """Remove chunks of one tenant; unknown ids are ignored."""
+        ids = validate_ids(tenant_id, chunk_ids)
+        if not ids:
+            return
+        index = self.index_name()
+        ops = [{"delete": {"_index": index, "_id": doc_key(tenant_id, i)}} for i in ids]
+        self._bulk(ops, ids)
+
+    def search(self, query: str, top_k: int, tenant_id: str) -> list[ScoredId]:
+        """BM25 top_k of one tenant through the alias; text with no tokens matches nothing."""
+        text, k, tenant = validate_search(query, top_k, tenant_id)
+        if not analyze(text):
+            return []
+        resp = self._call(
+            "search",
+            self.timeout_s,
+            lambda es, **kw: es.search(**kw),
+            index=self.alias,
+            query=search_body(text, tenant),
+            size=k,
+            source_includes=["chunk_id"],
+            track_total_hits=False,
+        )
+        return [
+            ScoredId(h["_source"]["chunk_id"], float(h["_score"])) for h in resp["hits"]["hits"]
+        ]
+
+    def count(self, tenant_id: str) -> int:
+        """Live chunks of one tenant (as of the last refresh)."""
+        tenant = validate_search("", 1, tenant_id)[2]
+        resp = self._call(
+            "count",
+            self.timeout_s,
+            lambda es, **kw: es.count(**kw),
+            index=self.alias,
+            query={"term": {"tenant_id": tenant}},
+        )
+        return int(resp["count"])
+
+    def analyze(self, text: str) -> list[str]:
+        """Elasticsearch's own `standard` tokens for `text` (to check the tantivy analyzer)."""
+        resp = self._call(
+            "analyze",
+            self._admin_timeout_s,
+            lambda es, **kw: es.indices.analyze(**kw),
+            analyzer="standard",
+            text=text,
+        )
+        return [t["token"] for t in resp["tokens"]]
+
+    def drop(self) -> None:
+        """Delete every generation of this alias and its template (tests, teardown)."""
+        t = self._admin_timeout_s
+        # Named, not by wildcard: action.destructive_requires_name is on by default.
+        found = self._call(
+            "list indices",
+            t,
+            lambda es, **kw: es.indices.get(**kw),
+            index=f"{self.alias}-*",
+            allow_no_indices=True,
+        )
+        for index in sorted(found.body):
+            self._call("delete index", t, lambda es, **kw: es.indices.delete(**kw), index=index)
+        with contextlib.suppress(NotFoundError):
+            self._call(
+                "delete template",
+                t,
+                lambda es, **kw: es.indices.delete_index_template(**kw),
+                name=f"{self.alias}-template",
+            )
+
+    def close(self) -> None:
+        """Close the client if this object created it."""
+        if self._owns_client:
+            self._client.close()
