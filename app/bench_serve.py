@@ -1,0 +1,241 @@
+"""`ragindex bench serve`: what the Serve layer costs over the in-process engine.
+
+One run, one corpus (synthetic text, synthetic clustered vectors, 2 shards), measured three ways:
+- hybrid search p50/p99 through HTTP vs the same queries through the in-process engine;
+- upsert-to-searchable through HTTP (both legs), the freshness bound's measurement;
+- ingest throughput through the API vs the raw embedder on the same passages.
+The corpus is loaded through the real IngestPipeline with passage vectors drawn synthetically
+(embedding 100 k passages would take hours on 2 cores); queries use the real model.
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+from ragindex.app.engine import LocalEngine
+from ragindex.config import RagIndexSpec
+from ragindex.errors import InvalidInput
+from ragindex.protocols import Embedder, Vectors
+from ragindex.router.auth import create_token
+from ragindex.types import Document
+
+TENANT = "bench"
+LOAD_BATCH = 2_000
+QUERIES = 100
+FRESHNESS_PROBES = 20
+INGEST_DOCS = 96
+INGEST_BATCH = 16
+
+WORDS = (
+    "wing flow shock boundary layer pressure heat transfer nozzle supersonic laminar turbulent"
+    " blade rotor thermal stress panel buckling cylinder plate vortex wake drag lift mach"
+    " reynolds number jet engine combustion fuel cooling radiation surface skin friction"
+    " separation slender body cone hypersonic inlet diffuser compressor turbine vibration"
+    " flutter damping load fatigue crack structure beam shell orbit satellite reentry ablation"
+).split()
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100) of a non-empty sample."""
+    ordered = sorted(values)
+    rank = max(1, int(np.ceil(q / 100 * len(ordered))))
+    return ordered[rank - 1]
+
+
+def synthetic_text(rng: np.random.Generator, n: int, words: int = 40) -> str:
+    picked = rng.choice(len(WORDS), size=words)
+    return f"record {n} " + " ".join(WORDS[i] for i in picked)
+
+
+def clustered_unit_vectors(
+    rng: np.random.Generator, count: int, dim: int, centers: np.ndarray
+) -> Vectors:
+    """Unit vectors around random centres: closer to real embeddings than uniform noise."""
+    which = rng.integers(0, len(centers), size=count)
+    vecs = centers[which] + 0.35 * rng.standard_normal((count, dim)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    return np.ascontiguousarray(vecs, dtype=np.float32)
+
+
+class SyntheticPassages:
+    """The real model for queries and identity; synthetic vectors for the bulk-loaded passages."""
+
+    def __init__(self, real: Embedder, seed: int = 7) -> None:
+        self.real = real
+        self.identity = real.identity
+        self.max_seq_length = real.max_seq_length
+        self._rng = np.random.default_rng(seed)
+        dim = real.identity.dimension
+        centers = self._rng.standard_normal((64, dim)).astype(np.float32)
+        self._centers = centers / np.linalg.norm(centers, axis=1, keepdims=True)
+
+    def embed_passages(self, texts: Sequence[str]) -> Vectors:
+        return clustered_unit_vectors(self._rng, len(texts), self.identity.dimension, self._centers)
+
+    def embed_queries(self, texts: Sequence[str]) -> Vectors:
+        return self.real.embed_queries(texts)
+
+    def count_tokens(self, text: str) -> int:
+        return len(text.split()) * 2  # synthetic words are 1-2 word pieces; one chunk each
+
+
+def load_corpus(engine: LocalEngine, chunks: int, rng: np.random.Generator) -> None:
+    for start in range(0, chunks, LOAD_BATCH):
+        docs = [
+            Document("synth", f"d{n}", f"Synthetic {n}", synthetic_text(rng, n))
+            for n in range(start, min(chunks, start + LOAD_BATCH))
+        ]
+        engine.ingest.upsert(TENANT, docs)
+    engine.dense.save()
+
+
+def bench_queries(rng: np.random.Generator) -> list[str]:
+    return [" ".join(rng.choice(WORDS, size=5)) for _ in range(QUERIES)]
+
+
+def time_inproc(engine: LocalEngine, queries: list[str]) -> list[float]:
+    for q in queries[:10]:
+        engine.query.search(TENANT, q, 10, "hybrid")
+    out = []
+    for q in queries:
+        start = time.perf_counter()
+        engine.query.search(TENANT, q, 10, "hybrid")
+        out.append((time.perf_counter() - start) * 1000)
+    return out
+
+
+def time_http(client: httpx.Client, queries: list[str]) -> list[float]:
+    for q in queries[:10]:
+        client.post("/v1/search", json={"query": q, "k": 10}).raise_for_status()
+    out = []
+    for q in queries:
+        start = time.perf_counter()
+        client.post("/v1/search", json={"query": q, "k": 10}).raise_for_status()
+        out.append((time.perf_counter() - start) * 1000)
+    return out
+
+
+def measure_freshness(client: httpx.Client, probes: int) -> list[float]:
+    """Seconds from sending an upsert to its chunk being found by both legs."""
+    out = []
+    for n in range(probes):
+        marker = f"fresh{n}marker"
+        doc = {"source": "fresh", "doc_id": f"f{n}", "title": "", "text": f"{marker} probe {n}"}
+        start = time.perf_counter()
+        client.post("/v1/documents", json={"documents": [doc]}).raise_for_status()
+        while True:
+            seen = [
+                client.post("/v1/search", json={"query": marker, "k": 100, "mode": mode}).json()[
+                    "hits"
+                ]
+                for mode in ("lexical", "dense")
+            ]
+            if all(any(h["doc_id"] == f"f{n}" for h in hits) for hits in seen):
+                break
+            if time.perf_counter() - start > 30:
+                raise TimeoutError(f"probe {n} not searchable after 30 s")
+        out.append(time.perf_counter() - start)
+    return out
+
+
+def ingest_texts(rng: np.random.Generator) -> list[str]:
+    return [synthetic_text(rng, 10_000_000 + i, words=150) for i in range(INGEST_DOCS)]
+
+
+def raw_embed_rate(embedder: Embedder, texts: list[str]) -> float:
+    embedder.embed_passages(texts[:8])
+    start = time.perf_counter()
+    embedder.embed_passages(texts)
+    return len(texts) / (time.perf_counter() - start)
+
+
+def api_ingest_rate(client: httpx.Client, texts: list[str]) -> float:
+    docs = [
+        {"source": "ingest", "doc_id": f"i{i}", "title": "", "text": t} for i, t in enumerate(texts)
+    ]
+    start = time.perf_counter()
+    for b in range(0, len(docs), INGEST_BATCH):
+        r = client.post("/v1/documents", json={"documents": docs[b : b + INGEST_BATCH]})
+        r.raise_for_status()
+    return len(docs) / (time.perf_counter() - start)
+
+
+def run_bench_serve(chunks: int, data_dir: Path | None, port: int) -> dict[str, Any]:
+    """Load, measure in-process, start Serve, measure over HTTP; returns the report."""
+    from ragindex.app.serve_cli import start_local, stop_local
+    from ragindex.models.embedder import load_embedder
+
+    if chunks < QUERIES:
+        raise InvalidInput(f"--chunks must be at least {QUERIES}")
+    if data_dir is None:
+        data_dir = Path(tempfile.mkdtemp(prefix="ragindex-bench-serve-"))
+    elif data_dir.exists() and any(data_dir.iterdir()):
+        raise InvalidInput(f"{data_dir} is not empty; the benchmark needs a fresh data dir")
+    spec = RagIndexSpec.model_validate({"dense": {"shards": 2, "replicas": 1}})
+    rng = np.random.default_rng(1)
+    real = load_embedder(spec.embedder)
+
+    t0 = time.perf_counter()
+    engine = LocalEngine.open(data_dir, spec, embedder=SyntheticPassages(real))
+    try:
+        load_corpus(engine, chunks, rng)
+        load_s = time.perf_counter() - t0
+        queries = bench_queries(rng)
+        inproc = time_inproc(engine, queries)
+    finally:
+        engine.close()
+    texts = ingest_texts(rng)
+    raw_rate = raw_embed_rate(real, texts)
+
+    token = create_token(data_dir, TENANT)
+    start_local(data_dir, port, spec)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        with httpx.Client(
+            base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=60
+        ) as client:
+            deadline = time.monotonic() + 300
+            while client.get("/readyz").status_code != 200:
+                if time.monotonic() > deadline:
+                    raise TimeoutError("the Serve app did not become ready")
+                time.sleep(0.5)
+            http = time_http(client, queries)
+            fresh = measure_freshness(client, FRESHNESS_PROBES)
+            api_rate = api_ingest_rate(client, texts)
+    finally:
+        stop_local()
+
+    http_p50 = statistics.median(http)
+    inproc_p50 = statistics.median(inproc)
+    return {
+        "chunks": chunks,
+        "shards": spec.dense.shards,
+        "router_replicas": spec.dense.replicas,
+        "queries": len(queries),
+        "load_s": round(load_s, 1),
+        "http_p50_ms": round(http_p50, 2),
+        "http_p99_ms": round(percentile(http, 99), 2),
+        "inproc_p50_ms": round(inproc_p50, 2),
+        "inproc_p99_ms": round(percentile(inproc, 99), 2),
+        "ratio_p50": round(http_p50 / inproc_p50, 3),
+        "freshness_p50_s": round(statistics.median(fresh), 3),
+        "freshness_p99_s": round(percentile(fresh, 99), 3),
+        "ingest_api_docs_per_s": round(api_rate, 2),
+        "ingest_raw_docs_per_s": round(raw_rate, 2),
+        "ingest_ratio": round(api_rate / raw_rate, 3),
+        "goals": {"ratio_p50": "<= 1.5", "freshness_p99_s": "<= 2", "ingest_ratio": ">= 0.9"},
+    }
+
+
+def format_report(report: dict[str, Any]) -> str:
+    rows = [f"{k:>24}  {v}" for k, v in report.items() if k != "goals"]
+    goals = ", ".join(f"{k} {v}" for k, v in report["goals"].items())
+    return "\n".join([*rows, f"{'goals':>24}  {goals}"])
