@@ -161,7 +161,7 @@ def test_ray_service_verdict() -> None:
 def test_validate_spec_messages() -> None:
     with pytest.raises(InvalidInput, match=r"fusion.candidates must be >= fusion.topK"):
         validate_spec("idx", {"fusion": {"candidates": 2, "topK": 5}}, "cluster")
-    with pytest.raises(InvalidInput, match="extra_forbidden|Extra inputs"):
+    with pytest.raises(InvalidInput, match=r"extra_forbidden|Extra inputs"):
         validate_spec("idx", {"nope": 1}, "cluster")
     managed = {"lexical": {"backend": "elasticsearch"}}
     assert validate_spec("idx", managed, "cluster").lexical.backend == "elasticsearch"
@@ -190,7 +190,7 @@ def details(**apps: tuple[str, str | None]) -> dict[str, Any]:
 
 
 def test_local_runtime_renders_one_routed_app() -> None:
-    spec = RagIndexSpec()
+    spec = RagIndexSpec.model_validate({})
     config = render_local("ns", "idx", spec, data_dir="/tmp/d", host="127.0.0.1", port=8123)
     ServeDeploySchema.model_validate(config)
     (application,) = config["applications"]
