@@ -34,13 +34,14 @@ FRESHNESS_PROBES = 20
 INGEST_DOCS = 96
 INGEST_BATCH = 16
 
-WORDS = (
+_WORDS_TEXT = (
     "wing flow shock boundary layer pressure heat transfer nozzle supersonic laminar turbulent"
     " blade rotor thermal stress panel buckling cylinder plate vortex wake drag lift mach"
     " reynolds number jet engine combustion fuel cooling radiation surface skin friction"
     " separation slender body cone hypersonic inlet diffuser compressor turbine vibration"
     " flutter damping load fatigue crack structure beam shell orbit satellite reentry ablation"
-).split()
+)
+WORDS = _WORDS_TEXT.split()
 
 
 def percentile(values: Sequence[float], q: float) -> float:
