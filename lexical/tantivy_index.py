@@ -42,13 +42,18 @@ def build_schema() -> tantivy.Schema:
 class TantivyIndex:
     """LexicalIndex over a tantivy directory; see the module docstring for the guarantees."""
 
-    def __init__(self, index: tantivy.Index, path: Path | None) -> None:
+    def __init__(self, index: tantivy.Index, path: Path | None, read_only: bool = False) -> None:
         self._index = index
         self._schema = index.schema
         self._path = path
         self._lock = threading.Lock()
+        self._read_only = read_only
+        self._closed = False
+        self._writer: tantivy.IndexWriter | None = None
+        if read_only:
+            return  # a reader of another process's writer; see reload()
         try:
-            self._writer: tantivy.IndexWriter | None = index.writer(_WRITER_HEAP_BYTES, 1)
+            self._writer = index.writer(_WRITER_HEAP_BYTES, 1)
         except ValueError as exc:
             raise BackendUnavailable(
                 f"cannot open a writer on the tantivy index at {path}: {exc}"
@@ -56,9 +61,19 @@ class TantivyIndex:
             ) from exc
 
     @classmethod
-    def open(cls, path: str | Path | None) -> TantivyIndex:
-        """Open the index at `path`, creating it if absent; None keeps it in memory."""
+    def open(cls, path: str | Path | None, read_only: bool = False) -> TantivyIndex:
+        """Open the index at `path`, creating it if absent; None keeps it in memory.
+
+        `read_only` opens an existing index without taking the writer lock, for readers in
+        other processes (Serve replicas); they see the writer's commits after `reload()`.
+        """
         schema = build_schema()
+        if read_only:
+            if path is None or not (Path(path) / "meta.json").exists():
+                raise BackendUnavailable(f"no tantivy index at {path} to open read-only")
+            index = tantivy.Index.open(str(path))
+            index.register_tokenizer(ANALYZER_NAME, build_analyzer())
+            return cls(index, Path(path), read_only=True)
         if path is None:
             index = tantivy.Index(schema)
             where = None
@@ -70,9 +85,20 @@ class TantivyIndex:
         return cls(index, where)
 
     def _live_writer(self) -> tantivy.IndexWriter:
+        if self._read_only:
+            raise BackendUnavailable(f"the tantivy index at {self._path} is open read-only")
         if self._writer is None:
             raise BackendUnavailable(f"the tantivy index at {self._path} is closed")
         return self._writer
+
+    def _check_open(self) -> None:
+        if self._closed or (self._writer is None and not self._read_only):
+            raise BackendUnavailable(f"the tantivy index at {self._path} is closed")
+
+    def reload(self) -> None:
+        """See the commits made since the last reload (by this or another process)."""
+        self._check_open()
+        self._index.reload()
 
     def _commit(self, writer: tantivy.IndexWriter) -> None:
         writer.commit()
@@ -124,7 +150,7 @@ class TantivyIndex:
     def search(self, query: str, top_k: int, tenant_id: str) -> list[ScoredId]:
         """BM25 top_k of one tenant; text with no tokens matches nothing."""
         text, k, tenant = validate_search(query, top_k, tenant_id)
-        self._live_writer()
+        self._check_open()
         terms = analyze(text)
         if not terms:
             return []
@@ -150,7 +176,7 @@ class TantivyIndex:
     def count(self, tenant_id: str) -> int:
         """Live chunks of one tenant."""
         tenant = validate_search("", 1, tenant_id)[2]
-        self._live_writer()
+        self._check_open()
         searcher = self._index.searcher()
         result = searcher.search(self._tenant_clause(tenant), limit=1, count=True)
         return int(result.count)  # type: ignore[attr-defined]  # missing from tantivy's stub
@@ -158,6 +184,7 @@ class TantivyIndex:
     def close(self) -> None:
         """Release the writer lock (pending merges finish first); idempotent."""
         with self._lock:
+            self._closed = True
             if self._writer is not None:
                 self._writer.wait_merging_threads()
                 self._writer = None
