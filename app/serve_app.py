@@ -291,7 +291,7 @@ class RemoteEmbedder:
         return np.stack([r.result() for r in rows]).astype(np.float32)
 
     def embed_passages(self, texts: Sequence[str]) -> Vectors:
-        return self.handle.embed_passages.remote(list(texts)).result()  # type: ignore[no-any-return]
+        return self.handle.embed_passages.remote(list(texts)).result()
 
     def count_tokens(self, text: str) -> int:
         return int(self.handle.count_tokens.remote(text).result())
@@ -332,7 +332,7 @@ class RemoteLexical:
         raise InvalidInput("the Lexical deployment is a reader; send writes to Ingest")
 
     def search(self, query: str, top_k: int, tenant_id: str) -> list[ScoredId]:
-        return self.handle.search.remote(query, top_k, tenant_id).result()  # type: ignore[no-any-return]
+        return self.handle.search.remote(query, top_k, tenant_id).result()
 
     def count(self, tenant_id: str) -> int:
         return int(self.handle.count.remote(tenant_id).result())
@@ -346,7 +346,7 @@ class RemoteReranker:
         self.handle = handle
 
     def score(self, query: str, passages: Sequence[str]) -> list[float]:
-        return self.handle.score.remote(query, list(passages)).result()  # type: ignore[no-any-return]
+        return self.handle.score.remote(query, list(passages)).result()
 
 
 class ClusterQuerySide:
@@ -411,12 +411,10 @@ QuerySide = LocalQuerySide | ClusterQuerySide
 # ---------------------------------------------------------------- deployments
 
 
-@serve.deployment(name=ROUTER)
-@serve.ingress()
 class Router:
     """FastAPI ingress: auth, limits, the query path, and writes forwarded to Ingest."""
 
-    async def __init__(
+    async def __init__(  # type: ignore[misc]  # Serve awaits async constructors
         self,
         spec: dict[str, Any],
         data_dir: str,
@@ -492,11 +490,10 @@ class Router:
             self.worker.close()
 
 
-@serve.deployment(name=INGEST)
 class Ingest:
     """The single writer: chunk, diff, embed, then dense (WAL fsync) + BM25 + chunk store."""
 
-    async def __init__(
+    async def __init__(  # type: ignore[misc]  # Serve awaits async constructors
         self, spec: dict[str, Any], data_dir: str, embedder: DeploymentHandle | None = None
     ) -> None:
         self.spec = RagIndexSpec.model_validate(spec)
@@ -553,7 +550,6 @@ class Ingest:
             self.worker.close()
 
 
-@serve.deployment(name=QUERY_EMBEDDER)
 class EmbedderPool:
     """A model pool; queries are batched across requests with @serve.batch."""
 
@@ -575,7 +571,6 @@ class EmbedderPool:
         return self.embedder.count_tokens(text)
 
 
-@serve.deployment(name=RERANKER)
 class RerankerPool:
     def __init__(self, spec: dict[str, Any]) -> None:
         limit_threads()
@@ -585,11 +580,12 @@ class RerankerPool:
         return self.reranker.score(query, passages)
 
 
-@serve.deployment
 class ShardServer:
     """One read replica of one dense shard, tailing its WAL every REFRESH_S."""
 
-    async def __init__(self, spec: dict[str, Any], data_dir: str, shard: int) -> None:
+    async def __init__(  # type: ignore[misc]  # Serve awaits async constructors
+        self, spec: dict[str, Any], data_dir: str, shard: int
+    ) -> None:
         limit_threads()
         parsed = RagIndexSpec.model_validate(spec)
         self.directory = shard_dir(Path(data_dir) / "dense", shard)
@@ -629,11 +625,12 @@ class ShardServer:
         return await self.worker.run(lambda: self._replica().shard.count(tenant_id))
 
 
-@serve.deployment(name=LEXICAL)
 class LexicalServer:
     """The BM25 reader, reloaded every REFRESH_S to see the writer's commits."""
 
-    async def __init__(self, data_dir: str) -> None:
+    async def __init__(  # type: ignore[misc]  # Serve awaits async constructors
+        self, data_dir: str
+    ) -> None:
         self.path = Path(data_dir) / "lexical"
         self.worker = _Worker("lexical")
         self.index: TantivyIndex | None = None
@@ -666,6 +663,14 @@ class LexicalServer:
         return await self.worker.run(lambda: self._index().count(tenant_id))
 
 
+RouterDeployment = serve.deployment(name=ROUTER)(serve.ingress()(Router))
+IngestDeployment = serve.deployment(name=INGEST)(Ingest)
+EmbedderDeployment = serve.deployment(name=QUERY_EMBEDDER)(EmbedderPool)
+RerankerDeployment = serve.deployment(name=RERANKER)(RerankerPool)
+ShardDeployment = serve.deployment(name="Shard")(ShardServer)
+LexicalDeployment = serve.deployment(name=LEXICAL)(LexicalServer)
+
+
 # ---------------------------------------------------------------- the builder
 
 
@@ -678,22 +683,22 @@ def build_app(args: dict[str, Any]) -> Application:
         d["name"]: deployment_options(d) for d in deployment_layout(parsed.spec, parsed.runtime)
     }
     if parsed.runtime == "local":
-        ingest = Ingest.options(**layout[INGEST]).bind(spec_json, data_dir)
-        return Router.options(**layout[ROUTER]).bind(spec_json, data_dir, "local", ingest)
+        ingest = IngestDeployment.options(**layout[INGEST]).bind(spec_json, data_dir)
+        return RouterDeployment.options(**layout[ROUTER]).bind(spec_json, data_dir, "local", ingest)
 
-    query_embedder = EmbedderPool.options(**layout[QUERY_EMBEDDER]).bind(spec_json)
-    ingest_embedder = EmbedderPool.options(**layout[INGEST_EMBEDDER]).bind(spec_json)
-    ingest = Ingest.options(**layout[INGEST]).bind(spec_json, data_dir, ingest_embedder)
+    query_embedder = EmbedderDeployment.options(**layout[QUERY_EMBEDDER]).bind(spec_json)
+    ingest_embedder = EmbedderDeployment.options(**layout[INGEST_EMBEDDER]).bind(spec_json)
+    ingest = IngestDeployment.options(**layout[INGEST]).bind(spec_json, data_dir, ingest_embedder)
     shards = [
-        ShardServer.options(**layout[shard_deployment_name(i)]).bind(spec_json, data_dir, i)
+        ShardDeployment.options(**layout[shard_deployment_name(i)]).bind(spec_json, data_dir, i)
         for i in range(parsed.spec.dense.shards)
     ]
-    lexical = LexicalServer.options(**layout[LEXICAL]).bind(data_dir)
+    lexical = LexicalDeployment.options(**layout[LEXICAL]).bind(data_dir)
     reranker = (
-        RerankerPool.options(**layout[RERANKER]).bind(spec_json)
+        RerankerDeployment.options(**layout[RERANKER]).bind(spec_json)
         if parsed.spec.reranker.enabled
         else None
     )
-    return Router.options(**layout[ROUTER]).bind(
+    return RouterDeployment.options(**layout[ROUTER]).bind(
         spec_json, data_dir, "cluster", ingest, query_embedder, shards, lexical, reranker
     )

@@ -358,5 +358,5 @@ def create_app(
         """Prometheus text exposition of this replica's metrics."""
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
-    app.add_middleware(BodyLimit, limit=max_body_bytes)  # type: ignore[arg-type]
+    app.add_middleware(BodyLimit, limit=max_body_bytes)
     return app

@@ -66,7 +66,7 @@ def loaded(served: ServedApp, tokens: dict[str, str]) -> ServedApp:
 def search(client: Any, query: str, **kw: Any) -> dict[str, Any]:
     r = client.post("/v1/search", json={"query": query, **kw})
     assert r.status_code == 200, r.text
-    return r.json()  # type: ignore[no-any-return]
+    return r.json()
 
 
 def test_upsert_reports_per_document_counts(served: ServedApp, tokens: dict[str, str]) -> None:
