@@ -49,10 +49,28 @@ RESOURCES: dict[tuple[str, str], type[NamespacedResource]] = {
 }
 
 
+# A claim's size cannot shrink and grows only on expandable storage classes, so a claim is
+# created once per generation and then left alone (a shard-count change keeps its volume).
+CREATE_ONLY = frozenset({PVC})
+
+
 async def apply_objects(client: AsyncClient, objects: Sequence[dict[str, Any]]) -> None:
     """Server-side apply each object in order (config first, workloads last)."""
     for obj in objects:
+        ref = ref_of(obj)
+        if ref.kind_key in CREATE_ONLY and await _exists(client, ref, obj["metadata"]["namespace"]):
+            continue
         await client.apply(codecs.from_dict(obj), field_manager=FIELD_MANAGER, force=True)
+
+
+async def _exists(client: AsyncClient, ref: ObjectRef, namespace: str) -> bool:
+    try:
+        await client.get(RESOURCES[ref.kind_key], ref.name, namespace=namespace)
+    except ApiError as e:
+        if e.status.code == 404:
+            return False
+        raise
+    return True
 
 
 async def list_managed(
