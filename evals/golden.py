@@ -24,7 +24,6 @@ from ragindex.evals.collections import (
     read_beir_queries,
     write_lines_atomic,
 )
-
 from ragindex.types import validate_tenant
 
 GOLDEN_PREFIX = "golden-"

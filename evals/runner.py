@@ -20,10 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ragindex.errors import InvalidInput
 from ragindex.evals.collections import Collection
 from ragindex.evals.metrics import STANDARD_METRICS, mean_scores, parse_metric, score_query
-
-from ragindex.errors import InvalidInput
 from ragindex.types import Document, validate_tenant
 
 SearchFn = Callable[[str, str, int, str], Sequence[tuple[str, str]]]
@@ -96,9 +95,11 @@ class EvalReport:
             for leg, rep in self.legs.items()
         ]
         widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-        lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)) for r in rows]
-        head = "  ".join(cell.ljust(w) for cell, w in zip(header, widths, strict=True))
-        return "\n".join([f"{self.collection} (k={self.k})", head, *lines, *self.notes])
+        lines = [
+            "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip()
+            for r in [header, *rows]
+        ]
+        return "\n".join([f"{self.collection} (k={self.k})", *lines, *self.notes])
 
     def write_per_query(self, path: str | os.PathLike[str]) -> Path:
         """One JSON line per (leg, query): its scores, foreign hits and top-10 documents."""

@@ -173,7 +173,7 @@ def test_bad_requests_are_rejected_before_searching(
         return []
 
     with pytest.raises(InvalidInput, match=message):
-        evaluate(_collection({"q": {"d1": 1}}), search, **kwargs)  # type: ignore[arg-type]
+        evaluate(_collection({"q": {"d1": 1}}), search, **kwargs)
     assert called == []
 
 
