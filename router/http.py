@@ -200,10 +200,6 @@ def hit_out(result: SearchResult) -> SearchResponse:
 # ---------------------------------------------------------------- body size limit
 
 
-class _BodyTooLarge(Exception):
-    pass
-
-
 @dataclass
 class BodyLimit:
     """ASGI middleware: 413 for a body over the limit, declared or streamed (chunked)."""
@@ -221,27 +217,25 @@ class BodyLimit:
             await _send_413(send, self.limit)
             return
         seen = 0
-        started = False
+        refused = False
 
         async def limited_receive() -> Message:
-            nonlocal seen
+            nonlocal seen, refused
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > self.limit:
-                    raise _BodyTooLarge
+                if seen > self.limit and not refused:
+                    # Answer 413 now and tell the app the client left, so it stops reading.
+                    refused = True
+                    await _send_413(send, self.limit)
+                    return {"type": "http.disconnect"}
             return message
 
-        async def tracking_send(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
+        async def guarded_send(message: Message) -> None:
+            if not refused:
+                await send(message)
 
-        try:
-            await self.app(scope, limited_receive, tracking_send)
-        except _BodyTooLarge:
-            if not started:
-                await _send_413(send, self.limit)
+        await self.app(scope, limited_receive, guarded_send)
 
 
 async def _send_413(send: Send, limit: int) -> None:
