@@ -438,6 +438,20 @@ def load_cranfield(directory: str | os.PathLike[str], name: str = "cranfield") -
     return Collection(name, corpus, queries, qrels)
 
 
+def load_collection(
+    directory: str | os.PathLike[str], name: str | None = None, split: str = "test"
+) -> Collection:
+    """Load a folder in whichever layout it holds (Cranfield SMART files or BEIR), for the CLI."""
+    root = Path(directory)
+    if (root / "cran.all.1400").is_file():
+        return load_cranfield(root, name or "cranfield")
+    if (root / "corpus.jsonl").is_file():
+        return load_beir(root, name, split)
+    raise CollectionError(
+        f"{root}: neither a Cranfield folder (cran.all.1400) nor a BEIR folder (corpus.jsonl)"
+    )
+
+
 def cranfield_to_beir(
     source_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str] = DEFAULT_BEIR_DIR
 ) -> Path:

@@ -19,6 +19,7 @@ from ragindex.evals.collections import (
     cranfield_to_beir,
     export_beir,
     load_beir,
+    load_collection,
     load_cranfield,
 )
 
@@ -265,3 +266,12 @@ def test_judged_queries_skip_queries_without_relevant_documents() -> None:
     queries = {"q1": Query("q1", "x"), "q2": Query("q2", "y"), "q3": Query("q3", "z")}
     c = Collection("c", corpus, queries, {"q1": {"a": 0}, "q3": {"a": 2}})
     assert c.judged_queries() == ["q3"]
+
+
+def test_load_collection_detects_the_layout(
+    cranfield_dir: Path, write_beir: WriteBeir, tmp_path: Path
+) -> None:
+    assert len(load_collection(cranfield_dir).corpus) == 1400
+    assert load_collection(write_beir(), name="t").name == "t"
+    with pytest.raises(CollectionError, match="neither a Cranfield folder"):
+        load_collection(tmp_path)
