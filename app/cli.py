@@ -248,7 +248,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     _set_thread_defaults()
     args = build_parser().parse_args(argv)
-    if args.command != "demo" and "data_dir" in vars(args) and args.data_dir is None:
+    # serve and token share the same default data dir; eval keeps its own cache, demo a temp dir.
+    if args.command in ("serve", "token") and args.data_dir is None:
         from ragindex.app.engine import default_data_dir
 
         args.data_dir = default_data_dir()

@@ -1,0 +1,109 @@
+"""`ragindex eval`, `ragindex golden add`, `ragindex convert`: thin wrappers over ragindex.evals.
+
+The evaluated index lives in a cache folder keyed by collection and spec, so a second run
+re-ingests nothing (the manifest finds every chunk unchanged) and only replays the queries.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+from ragindex.app.engine import LocalEngine
+from ragindex.app.loading import cranfield_dir
+from ragindex.config import RagIndexSpec
+from ragindex.errors import InvalidInput
+from ragindex.evals.collections import Collection, cranfield_to_beir, load_collection
+from ragindex.evals.golden import add_judged_query
+from ragindex.evals.runner import evaluate, ingest_collection
+from ragindex.hashing import content_hash
+from ragindex.types import Document
+
+LEG_MODES = {
+    "bm25": ("lexical", False),
+    "dense": ("dense", False),
+    "hybrid": ("hybrid", False),
+    "rerank": ("hybrid", True),
+}
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("RAGINDEX_CACHE", Path.home() / ".cache/ragindex"))
+
+
+def resolve_collection(name: str) -> Collection:
+    return load_collection(cranfield_dir() if name == "cranfield" else Path(name))
+
+
+def eval_data_dir(collection: Collection, spec: RagIndexSpec) -> Path:
+    key = content_hash(json.dumps(spec.model_dump(mode="json"), sort_keys=True))[:10]
+    return cache_dir() / "eval" / f"{collection.name}-{key}"
+
+
+def run_eval(
+    collection: Collection, spec: RagIndexSpec, data_dir: Path
+) -> tuple[LocalEngine, dict[str, object], object]:
+    """Ingest (incrementally) and evaluate every configured leg; returns engine, JSON, report."""
+    engine = LocalEngine.open(data_dir, spec)
+
+    def ingest(tenant: str, documents: list[Document]) -> None:
+        engine.ingest.upsert(tenant, documents)
+
+    def search(tenant: str, query: str, k: int, leg: str) -> list[tuple[str, str]]:
+        mode, rerank = LEG_MODES[leg]
+        result = engine.query.search(tenant, query, k=k, mode=mode, rerank=rerank)
+        return [(h.chunk.chunk_id, h.chunk.doc_id) for h in result.hits]
+
+    summary = ingest_collection(collection, ingest)
+    legs = ("bm25", "dense", "hybrid") + (("rerank",) if spec.reranker.enabled else ())
+    report = evaluate(collection, search, legs=legs, k=100)
+    payload = report.to_json()
+    payload["collection"] = collection.name
+    payload["documents"] = summary.documents
+    payload["skipped_empty"] = summary.skipped_empty
+    return engine, payload, report
+
+
+def eval_command(args: argparse.Namespace) -> int:
+    from ragindex.app.cli import _spec
+
+    spec = _spec(args.spec)
+    collection = resolve_collection(args.collection)
+    data_dir = args.data_dir or eval_data_dir(collection, spec)
+    engine, payload, report = run_eval(collection, spec, data_dir)
+    try:
+        print(report.table())  # type: ignore[attr-defined]
+        if args.per_query:
+            report.write_per_query(args.per_query)  # type: ignore[attr-defined]
+        if args.answers:
+            from ragindex.app.answers_cli import answer_eval
+
+            payload["answers"] = answer_eval(engine, collection)
+            print(json.dumps(payload["answers"], indent=2))
+    finally:
+        engine.close()
+    if args.json:
+        args.json.write_text(json.dumps(payload, indent=2) + "\n")
+        print(f"wrote {args.json}")
+    return 0
+
+
+def golden_add_command(args: argparse.Namespace) -> int:
+    relevant: dict[str, int] = {}
+    for item in args.relevant:
+        doc_id, _, grade = item.partition("=")
+        try:
+            relevant[doc_id] = int(grade) if grade else 1
+        except ValueError:
+            raise InvalidInput(f"--relevant {item!r}: the grade must be an integer") from None
+    qid = add_judged_query(args.collection, args.query, relevant, tenant=args.tenant)
+    print(f"added query {qid} with {len(relevant)} judgments to {args.collection}")
+    return 0
+
+
+def convert_command(args: argparse.Namespace) -> int:
+    out = cranfield_to_beir(cranfield_dir(), args.out)
+    print(f"wrote Cranfield in the BEIR layout to {out}")
+    return 0
