@@ -13,8 +13,14 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ragindex.errors import RagIndexError
+
+if TYPE_CHECKING:
+    from ragindex.app.engine import LocalEngine
+    from ragindex.router.query import SearchResult
+    from ragindex.types import Document
 
 
 def _set_thread_defaults() -> None:
@@ -28,20 +34,6 @@ def _set_thread_defaults() -> None:
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 
-def _spec(path: Path | None):  # type: ignore[no-untyped-def]
-    import yaml
-
-    from ragindex.config import RagIndexSpec
-
-    if path is None:
-        return RagIndexSpec()
-    data = yaml.safe_load(path.read_text())
-    # Accept either a bare spec or a whole RagIndex manifest.
-    if isinstance(data, dict) and "spec" in data and "kind" in data:
-        data = data["spec"]
-    return RagIndexSpec.model_validate(data or {})
-
-
 def _data_dir(args: argparse.Namespace) -> Path:
     from ragindex.app.engine import default_data_dir
 
@@ -49,11 +41,11 @@ def _data_dir(args: argparse.Namespace) -> Path:
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
-    from ragindex.app.engine import LocalEngine
+    from ragindex.app.engine import LocalEngine, load_spec
     from ragindex.app.loading import documents_from_paths
 
     documents = documents_from_paths(args.paths, source=args.source)
-    engine = LocalEngine.open(_data_dir(args), _spec(args.spec))
+    engine = LocalEngine.open(_data_dir(args), load_spec(args.spec))
     try:
         totals = engine_ingest(engine, args.tenant, documents, batch=args.batch)
     finally:
@@ -66,7 +58,9 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     return 0
 
 
-def engine_ingest(engine, tenant: str, documents: Sequence, batch: int = 64) -> dict[str, int]:  # type: ignore[no-untyped-def]
+def engine_ingest(
+    engine: LocalEngine, tenant: str, documents: Sequence[Document], batch: int = 64
+) -> dict[str, int]:
     """Ingest in batches with a progress bar; returns chunk totals."""
     from tqdm import tqdm
 
@@ -83,9 +77,9 @@ def engine_ingest(engine, tenant: str, documents: Sequence, batch: int = 64) -> 
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    from ragindex.app.engine import LocalEngine
+    from ragindex.app.engine import LocalEngine, load_spec
 
-    engine = LocalEngine.open(_data_dir(args), _spec(args.spec))
+    engine = LocalEngine.open(_data_dir(args), load_spec(args.spec))
     try:
         result = engine.query.search(args.tenant, args.query, k=args.k, mode=args.mode)
     finally:
@@ -97,7 +91,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     return 0
 
 
-def result_to_json(result) -> dict:  # type: ignore[no-untyped-def]
+def result_to_json(result: SearchResult) -> dict[str, Any]:
     return {
         "hits": [
             {
@@ -116,7 +110,7 @@ def result_to_json(result) -> dict:  # type: ignore[no-untyped-def]
     }
 
 
-def print_hits(result) -> None:  # type: ignore[no-untyped-def]
+def print_hits(result: SearchResult) -> None:
     for n, hit in enumerate(result.hits, start=1):
         ranks = " ".join(f"{leg}#{rank}" for leg, rank in sorted(hit.ranks.items()))
         text = " ".join(hit.chunk.text.split())
@@ -130,10 +124,11 @@ def print_hits(result) -> None:  # type: ignore[no-untyped-def]
 
 
 def cmd_render(args: argparse.Namespace) -> int:
+    from ragindex.app.engine import load_spec
     from ragindex.serve_config import render_serve_config, to_yaml
 
     config = render_serve_config(
-        _spec(args.spec), name=args.name, data_dir=str(args.data_dir), runtime=args.runtime
+        load_spec(args.spec), name=args.name, data_dir=str(args.data_dir), runtime=args.runtime
     )
     print(to_yaml(config), end="")
     return 0

@@ -16,6 +16,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 from tqdm import tqdm
@@ -126,7 +127,7 @@ def _doc_json(doc: Document) -> dict[str, object]:
     }
 
 
-def _print_answer(query: str, body: dict) -> None:  # type: ignore[type-arg]
+def _print_answer(query: str, body: dict[str, Any]) -> None:
     print(f"\nQ: {query}")
     for n, hit in enumerate(body["hits"], start=1):
         text = " ".join(hit["text"].split())

@@ -20,6 +20,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
+
 from ragindex.config import RagIndexSpec
 from ragindex.errors import IdentityMismatch
 from ragindex.ingest.pipeline import IngestPipeline
@@ -37,6 +39,16 @@ STAMP = "index.json"
 
 def default_data_dir() -> Path:
     return Path(os.environ.get("RAGINDEX_DATA_DIR", Path.home() / ".local/share/ragindex"))
+
+
+def load_spec(path: Path | None) -> RagIndexSpec:
+    """A spec from YAML: a bare spec or a whole RagIndex manifest; defaults when path is None."""
+    if path is None:
+        return RagIndexSpec()
+    data = yaml.safe_load(Path(path).read_text())
+    if isinstance(data, dict) and "kind" in data and "spec" in data:
+        data = data["spec"]
+    return RagIndexSpec.model_validate(data or {})
 
 
 def check_stamp(data_dir: Path, spec: RagIndexSpec, identity: ModelIdentity) -> None:

@@ -11,7 +11,7 @@ import json
 import os
 from pathlib import Path
 
-from ragindex.app.engine import LocalEngine
+from ragindex.app.engine import LocalEngine, load_spec
 from ragindex.app.loading import cranfield_dir
 from ragindex.config import RagIndexSpec
 from ragindex.errors import InvalidInput
@@ -67,9 +67,7 @@ def run_eval(
 
 
 def eval_command(args: argparse.Namespace) -> int:
-    from ragindex.app.cli import _spec
-
-    spec = _spec(args.spec)
+    spec = load_spec(args.spec)
     collection = resolve_collection(args.collection)
     data_dir = args.data_dir or eval_data_dir(collection, spec)
     engine, payload, report = run_eval(collection, spec, data_dir)

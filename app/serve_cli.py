@@ -33,9 +33,9 @@ def app_args(data_dir: Path, spec_json: dict[str, Any]) -> dict[str, Any]:
 
 
 def _load_spec(args: argparse.Namespace) -> Any:
-    from ragindex.app.cli import _spec
+    from ragindex.app.engine import load_spec
 
-    return _spec(getattr(args, "spec", None))
+    return load_spec(getattr(args, "spec", None))
 
 
 def start_local(data_dir: Path, port: int, spec: Any) -> None:
