@@ -80,8 +80,8 @@ def run_filtered_bench(
 ) -> dict[str, dict[str, Any]]:
     """Build a sharded index of `vectors` clustered vectors over tenants and measure each share.
 
-    Tenants `share-0_01` (etc.) hold round(s * vectors) vectors; the rest go to filler tenants so the
-    index holds `vectors` in all. Uses the default DenseSpec (shards, HNSW, exact threshold)
+    Tenants `share-0_01` (etc.) hold round(s * vectors) vectors; filler tenants hold the rest,
+    so the index holds `vectors` in all. Uses the default DenseSpec (shards, HNSW, exact threshold)
     unless `dense` is given. Returns {share: {recall@10, p50_ms, p99_ms, vectors, search}}.
     """
     sizes = tenant_sizes(vectors, shares)

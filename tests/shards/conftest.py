@@ -39,3 +39,9 @@ def unit_vectors(n: int, seed: int = 0, dim: int = DIM) -> np.ndarray:
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((n, dim)).astype(np.float32)
     return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+@pytest.fixture
+def vecs():
+    """The `unit_vectors(n, seed=0, dim=DIM)` factory."""
+    return unit_vectors

@@ -1,0 +1,134 @@
+"""A tenant partition: exact/HNSW search, replacement, tombstones, the flat->HNSW switch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ragindex.errors import InvalidInput
+from ragindex.shards.partition import TenantPartition
+
+DIM = 16
+
+
+def exact_top(vectors: np.ndarray, ids: list[str], query: np.ndarray, k: int) -> list[str]:
+    order = np.argsort(-(vectors @ query), kind="stable")[:k]
+    return [ids[i] for i in order]
+
+
+def test_flat_search_is_exact_and_sorted(hnsw, vecs):
+    part = TenantPartition(DIM, hnsw, exact_threshold=1000)
+    x = vecs(200)
+    ids = [f"c{i}" for i in range(200)]
+    part.upsert(ids, x)
+    q = vecs(1, seed=5)[0]
+    hits = part.search(q, 10)
+    assert part.kind == "flat"
+    assert [h.chunk_id for h in hits] == exact_top(x, ids, q, 10)
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+    assert hits[0].score == pytest.approx(float(x[ids.index(hits[0].chunk_id)] @ q), abs=1e-5)
+
+
+def test_vectors_are_normalised_without_touching_the_callers_array(hnsw, vecs):
+    part = TenantPartition(DIM, hnsw, exact_threshold=10)
+    raw = vecs(3) * 7.0
+    before = raw.copy()
+    part.upsert(["a", "b", "c"], raw)
+    np.testing.assert_array_equal(raw, before)
+    assert part.search(raw[1], 1)[0].score == pytest.approx(1.0, abs=1e-5)
+
+
+@pytest.mark.parametrize("threshold", [1000, 0], ids=["flat", "hnsw"])
+def test_upsert_replaces_an_existing_chunk(hnsw, vecs, threshold):
+    part = TenantPartition(DIM, hnsw, exact_threshold=threshold)
+    x = vecs(50)
+    part.upsert([f"c{i}" for i in range(50)], x)
+    part.upsert(["c7"], x[3:4])  # c7 now points where c3 does
+    assert len(part) == 50
+    hits = part.search(x[7], 50)
+    assert [h.chunk_id for h in hits].count("c7") == 1
+    assert hits[0].chunk_id != "c7"  # its old vector is gone
+    near_c3 = {h.chunk_id for h in part.search(x[3], 2)}
+    assert near_c3 == {"c3", "c7"}
+
+
+@pytest.mark.parametrize("threshold", [1000, 0], ids=["flat", "hnsw"])
+def test_deleted_chunks_are_never_returned(hnsw, vecs, threshold):
+    part = TenantPartition(DIM, hnsw, exact_threshold=threshold)
+    x = vecs(100)
+    part.upsert([f"c{i}" for i in range(100)], x)
+    deleted = {f"c{i}" for i in range(0, 100, 3)}
+    assert part.delete([*sorted(deleted), "never-existed"]) == len(deleted)
+    assert len(part) == 100 - len(deleted)
+    for i in range(0, 100, 3):
+        found = {h.chunk_id for h in part.search(x[i], 100)}
+        assert not found & deleted
+        assert len(found) >= (len(part) if threshold else 0.9 * len(part))  # HNSW: approximate
+    if threshold == 0:
+        assert part.tombstones == len(deleted)
+        part.compact()
+        assert part.tombstones == 0 and len(part) == 100 - len(deleted)
+        found = {h.chunk_id for h in part.search(x[1], 100)}
+        assert not found & deleted and len(found) >= 0.9 * len(part)
+
+
+def test_flat_to_hnsw_switch_keeps_results(hnsw, vecs):
+    part = TenantPartition(DIM, hnsw, exact_threshold=300)
+    x = vecs(400)
+    ids = [f"c{i}" for i in range(400)]
+    part.upsert(ids[:300], x[:300])
+    part.delete(["c5"])
+    queries = vecs(20, seed=9)
+    before = [[h.chunk_id for h in part.search(q, 10)] for q in queries]
+    assert part.kind == "flat"
+    part.upsert(ids[300:], x[300:])  # crosses the threshold: rebuilt as HNSW
+    assert part.kind == "hnsw"
+    assert len(part) == 399
+    old_live = [i for i in range(300) if i != 5]
+    live = [*old_live, *range(300, 400)]
+    for q, old in zip(queries, before, strict=True):
+        assert old == exact_top(x[old_live], [ids[i] for i in old_live], q, 10)
+        got = [h.chunk_id for h in part.search(q, 10)]
+        assert "c5" not in got
+        assert len(set(got) & set(exact_top(x[live], [ids[i] for i in live], q, 10))) >= 9
+    part.upsert(["c0"], x[1:2])  # an upsert in HNSW mode replaces too
+    assert [h.chunk_id for h in part.search(x[0], 400)].count("c0") == 1
+
+
+def test_bad_input_is_rejected_and_changes_nothing(hnsw, vecs):
+    part = TenantPartition(DIM, hnsw, exact_threshold=1000)
+    part.upsert(["a", "b"], vecs(2))
+    nan = vecs(2)
+    nan[1, 3] = np.nan
+    cases = [
+        (["x"], vecs(1, dim=DIM + 1), "shape"),
+        (["x", "y"], nan, "NaN"),
+        (["x"], np.zeros((1, DIM)), "all-zero"),
+        (["x", "y"], vecs(1), "2 chunk ids for 1 vectors"),
+        (["x", "x"], vecs(2), "duplicates"),
+        ([""], vecs(1), "malformed"),
+        ("ab", vecs(2), "sequence of strings"),
+        (["x"], [["not", "numbers"] * (DIM // 2)], "numeric"),
+    ]
+    for ids, x, message in cases:
+        with pytest.raises(InvalidInput, match=message):
+            part.upsert(ids, x)
+    assert sorted(part.chunk_ids()) == ["a", "b"]
+    for top_k in (0, -1, True, 1.5, 10**9):
+        with pytest.raises(InvalidInput, match="top_k"):
+            part.search(vecs(1)[0], top_k)
+    with pytest.raises(InvalidInput, match="query_vector"):
+        part.search(vecs(2), 1)
+
+
+def test_snapshot_bytes_round_trip(hnsw, vecs):
+    part = TenantPartition(DIM, hnsw, exact_threshold=0)
+    x = vecs(60)
+    part.upsert([f"c{i}" for i in range(60)], x)
+    part.delete(["c1", "c2"])
+    copy = TenantPartition.from_files(*part.to_files(), DIM, hnsw, 0)
+    assert copy.kind == "hnsw" and copy.tombstones == 2 and len(copy) == 58
+    for q in vecs(5, seed=3):
+        assert copy.search(q, 10) == part.search(q, 10)
+    copy.upsert(["new"], x[1:2])  # internal ids continue after the saved ones
+    assert copy.search(x[1], 1)[0].chunk_id == "new"
