@@ -26,10 +26,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from elastic_transport import (
-    ConnectionError as TransportConnectionError,
-)
-from elastic_transport import HttpHeaders, TransportError, Urllib3HttpNode
+from elastic_transport import ConnectionError as TransportConnectionError
+from elastic_transport import ConnectionTimeout, HttpHeaders, TransportError, Urllib3HttpNode
 from elastic_transport._node._base import NodeApiResponse
 from elastic_transport.client_utils import DEFAULT, DefaultType
 from elasticsearch import ApiError, Elasticsearch, NotFoundError
@@ -185,7 +183,7 @@ class ElasticsearchIndex:
         """Run one request; a down, silent or failing server becomes BackendUnavailable."""
         try:
             return fn(self._es(timeout_s), **kwargs)
-        except TransportConnectionError as exc:  # includes ConnectionTimeout
+        except (TransportConnectionError, ConnectionTimeout) as exc:
             raise BackendUnavailable(
                 f"Elasticsearch did not answer {what} within {timeout_s:g}s: {exc}"
             ) from exc

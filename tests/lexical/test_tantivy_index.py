@@ -80,7 +80,7 @@ def test_tenant_isolation_with_near_duplicates(
 
 
 def test_score_is_plain_bm25(tantivy_index: TantivyIndex, make_chunk: MakeChunk) -> None:
-    """One doc, one matching term: idf = ln(1 + 0.5 / 1.5), tf part = 1; the tenant clause adds 0."""
+    """One doc, one term: idf = ln(1 + 0.5 / 1.5), tf part = 1; the tenant clause adds 0."""
     tantivy_index.upsert([make_chunk("t1", "s:a:0", "heat flux")])
     assert tantivy_index.search("heat", 1, "t1")[0].score == pytest.approx(
         math.log(4 / 3), rel=1e-5
@@ -124,7 +124,7 @@ def test_bad_search_is_rejected(
     tantivy_index: TantivyIndex, query: object, top_k: object, tenant: str
 ) -> None:
     with pytest.raises(InvalidInput):
-        tantivy_index.search(query, top_k, tenant)  # type: ignore[arg-type]
+        tantivy_index.search(query, top_k, tenant)
 
 
 def test_bad_batch_changes_nothing(tantivy_index: TantivyIndex, make_chunk: MakeChunk) -> None:
@@ -135,7 +135,7 @@ def test_bad_batch_changes_nothing(tantivy_index: TantivyIndex, make_chunk: Make
     with pytest.raises(InvalidInput):
         tantivy_index.upsert([make_chunk("t1", "", "empty id")])
     with pytest.raises(InvalidInput, match="single string"):
-        tantivy_index.delete("t1", "s:a:0")  # type: ignore[arg-type]
+        tantivy_index.delete("t1", "s:a:0")
     assert ids(tantivy_index.search("original", 5, "t1")) == ["s:a:0"]
     assert tantivy_index.count("t1") == 1
 

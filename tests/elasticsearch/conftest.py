@@ -1,0 +1,66 @@
+"""A real Elasticsearch for the whole session (started from the cached integ-test distribution).
+
+The server is started once (about 20 s) by `ragindex.lexical.es_server`, so benchmarks use the
+same harness; each test gets its own alias and drops it afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from ragindex.lexical.bench import Cranfield, load_cranfield
+from ragindex.lexical.elasticsearch_index import ElasticsearchIndex
+from ragindex.lexical.es_server import EsServer, start_elasticsearch
+from ragindex.types import Chunk
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+CRANFIELD_DIR = Path(
+    os.environ.get("RAGINDEX_CRANFIELD")
+    or Path(__file__).resolve().parents[2].parent / "shared" / "data" / "cranfield"
+)
+
+
+@pytest.fixture(scope="session")
+def es_server() -> Iterator[EsServer]:
+    server = start_elasticsearch()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def new_alias() -> Callable[[], str]:
+    """Fresh alias names, unique across the session."""
+    return lambda: f"t_{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def es_index(es_server: EsServer, new_alias: Callable[[], str]) -> Iterator[ElasticsearchIndex]:
+    index = ElasticsearchIndex.open(es_server.url, new_alias(), refresh_interval_s=0.2)
+    yield index
+    index.drop()
+    index.close()
+
+
+def _make_chunk(tenant: str, chunk_id: str, text: str, title: str = "") -> Chunk:
+    source, doc_id = ([*chunk_id.split(":"), "d", "0"])[:2]
+    return Chunk(tenant, chunk_id, source, doc_id, 0, title, text, "hash")
+
+
+@pytest.fixture(scope="session")
+def make_chunk() -> Callable[..., Chunk]:
+    """Chunk factory: make_chunk(tenant, chunk_id, text, title="")."""
+    return _make_chunk
+
+
+@pytest.fixture(scope="session")
+def cranfield() -> Cranfield:
+    if not CRANFIELD_DIR.exists():
+        pytest.skip(f"Cranfield data not found at {CRANFIELD_DIR}")
+    return load_cranfield(CRANFIELD_DIR)
