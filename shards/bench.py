@@ -87,7 +87,7 @@ def run_filtered_bench(
     sizes = tenant_sizes(vectors, shares)
     if queries < 1:
         raise InvalidInput(f"queries must be >= 1; got {queries}")
-    dense = dense or DenseSpec.model_validate({})  # the defaults; mypy lacks the pydantic plugin
+    dense = dense or DenseSpec()
     rng = np.random.default_rng(seed)
     model = TopicModel(dim, topics=max(32, vectors // 400), rng=rng)
     identity = ModelIdentity("bench-topic-model", f"seed-{seed}", dim, normalized=True)

@@ -131,15 +131,18 @@ def read_from(directory: Path, offset: int) -> Iterator[tuple[WalRecord, int]]:
         next_base = segments[i + 1][0] if i + 1 < len(segments) else None
         if next_base is not None and next_base <= offset:
             continue
+        start = max(offset - base, 0)
         try:
-            data = path.read_bytes()
+            with open(path, "rb") as f:  # read only what is new: replicas poll often
+                f.seek(start)
+                data = f.read()
         except FileNotFoundError:  # truncated under us by the writer
             raise WalTruncated(f"{directory}: segment {path.name} was truncated") from None
-        end = max(offset - base, 0)
-        for record, pos in _scan(data, end):
+        end = 0
+        for record, pos in _scan(data, 0):
             end = pos
-            yield record, base + pos
-        if next_base is None or base + end < next_base:
+            yield record, base + start + pos
+        if next_base is None or base + start + end < next_base:
             return  # torn tail of the last segment, or end of the log
 
 
