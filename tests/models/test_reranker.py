@@ -1,0 +1,97 @@
+"""Cross-encoder wrappers on a tiny random BERT the tests build: mechanics only, no quality."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ragindex.config import RerankerSpec
+from ragindex.errors import InvalidInput
+from ragindex.models.reranker import (
+    CrossEncoderReranker,
+    FlagRerankerBackend,
+    load_reranker,
+    order_by_score,
+)
+
+QUERY = "supersonic boundary layer"
+PASSAGES = [
+    "Boundary layer transition at Mach 3 on a cone.",
+    "heat transfer",
+    "A long passage about wings and wind tunnels. " * 20,
+    "short",
+    "Skin friction in turbulent flow over flat plates.",
+]
+
+
+@pytest.fixture(scope="module")
+def cross_encoder(tiny_cross_encoder: Path) -> CrossEncoderReranker:
+    return CrossEncoderReranker(tiny_cross_encoder, batch_size=2)
+
+
+@pytest.fixture(scope="module")
+def flag_reranker(tiny_cross_encoder: Path) -> FlagRerankerBackend:
+    return FlagRerankerBackend(tiny_cross_encoder, batch_size=2)
+
+
+@pytest.mark.parametrize("backend", ["st", "flag"])
+def test_batched_equals_one_by_one(
+    backend: str, cross_encoder: CrossEncoderReranker, flag_reranker: FlagRerankerBackend
+) -> None:
+    rr = cross_encoder if backend == "st" else flag_reranker
+    batched = rr.score(QUERY, PASSAGES)
+    single = [rr.score(QUERY, [p])[0] for p in PASSAGES]
+    assert len(batched) == len(PASSAGES)
+    assert all(isinstance(s, float) for s in batched)
+    np.testing.assert_allclose(batched, single, atol=1e-5)
+    assert len(set(np.round(batched, 6))) > 1  # a real model: scores depend on the passage
+
+
+def test_backends_agree_on_the_same_weights(
+    cross_encoder: CrossEncoderReranker, flag_reranker: FlagRerankerBackend
+) -> None:
+    np.testing.assert_allclose(
+        cross_encoder.score(QUERY, PASSAGES), flag_reranker.score(QUERY, PASSAGES), atol=1e-4
+    )
+
+
+def test_order_is_consistent_with_scores(cross_encoder: CrossEncoderReranker) -> None:
+    scores = cross_encoder.score(QUERY, PASSAGES)
+    order = order_by_score(scores)
+    assert sorted(order) == list(range(len(PASSAGES)))
+    ranked = [scores[i] for i in order]
+    assert ranked == sorted(scores, reverse=True)
+
+
+def test_order_by_score_breaks_ties_by_input_order() -> None:
+    assert order_by_score([0.5, 2.0, 0.5, -1.0]) == [1, 0, 2, 3]
+    assert order_by_score([]) == []
+
+
+def test_empty_and_bad_input(cross_encoder: CrossEncoderReranker) -> None:
+    assert cross_encoder.score(QUERY, []) == []
+    with pytest.raises(InvalidInput, match="query"):
+        cross_encoder.score("  ", PASSAGES)
+    with pytest.raises(InvalidInput, match=r"passages\[1\]"):
+        cross_encoder.score(QUERY, ["ok", None])
+
+
+def test_factory(tiny_cross_encoder: Path, tmp_path: Path) -> None:
+    st = load_reranker(
+        RerankerSpec.model_validate({"enabled": True, "model": str(tiny_cross_encoder)})
+    )
+    flag = load_reranker(
+        RerankerSpec.model_validate(
+            {"enabled": True, "model": str(tiny_cross_encoder), "backend": "flagembedding"}
+        )
+    )
+    assert isinstance(st, CrossEncoderReranker)
+    assert isinstance(flag, FlagRerankerBackend)
+    with pytest.raises(InvalidInput, match="empty"):
+        load_reranker(RerankerSpec.model_validate({}))
+    with pytest.raises(InvalidInput, match="not a local model directory"):
+        load_reranker(
+            RerankerSpec.model_validate({"enabled": True, "model": str(tmp_path / "missing")})
+        )
