@@ -12,7 +12,7 @@ sentences, never what the model claims, so text planted in a source cannot choos
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
@@ -26,6 +26,7 @@ from ragindex.router.context import (
     DEFAULT_MAX_CHUNKS,
     DEFAULT_MAX_TOKENS,
     AssembledContext,
+    ContextChunk,
     assemble_context,
 )
 from ragindex.router.generators import Generator
@@ -59,22 +60,33 @@ class Searcher(Protocol):
     ) -> SearchResult: ...
 
 
-def lexical_support(question: str, context: AssembledContext) -> float:
+def _ranked_chunks(context: AssembledContext, exclude: Collection[str]) -> list[ContextChunk]:
+    chunks = (ch for src in context.sources for ch in src.chunks if ch.chunk_id not in exclude)
+    return sorted(chunks, key=lambda c: c.rank)
+
+
+def lexical_support(
+    question: str, context: AssembledContext, exclude: Collection[str] = ()
+) -> float:
     """Largest share of the question's content words held by one chunk of the context."""
     terms = content_terms(question)
     return max(
         (
             coverage(terms, content_terms(ch.display_text))
-            for src in context.sources
-            for ch in src.chunks
+            for ch in _ranked_chunks(context, exclude)
         ),
         default=0.0,
     )
 
 
-def dense_support(question: str, context: AssembledContext, embedder: Embedder) -> float:
-    """Largest cosine between the question and the best-ranked chunks' texts."""
-    chunks = sorted((ch for src in context.sources for ch in src.chunks), key=lambda c: c.rank)
+def dense_support(
+    question: str, context: AssembledContext, embedder: Embedder, exclude: Collection[str] = ()
+) -> float:
+    """Largest cosine between the question and the best-ranked chunks' texts.
+
+    Chunks in `exclude` (flagged as instructions) are left out, so planted text that mimics
+    the question cannot talk the service out of a refusal."""
+    chunks = _ranked_chunks(context, exclude)
     texts = [ch.display_text for ch in chunks[:DENSE_SUPPORT_CHUNKS]]
     if not texts:
         return 0.0
@@ -159,10 +171,12 @@ class AnswerService:
         self.mode = mode
         self.rerank = rerank
 
-    def support(self, question: str, context: AssembledContext) -> float:
+    def support(
+        self, question: str, context: AssembledContext, exclude: Collection[str] = ()
+    ) -> float:
         if self.signal == "dense" and self.embedder is not None:
-            return dense_support(question, context, self.embedder)
-        return lexical_support(question, context)
+            return dense_support(question, context, self.embedder, exclude)
+        return lexical_support(question, context, exclude)
 
     def answer(self, tenant_id: str, question: str, k: int = DEFAULT_MAX_CHUNKS) -> Answer:
         question, k, _ = validate_search(question, k, self.mode)
@@ -178,8 +192,9 @@ class AnswerService:
                     max_tokens=self.max_context_tokens,
                 )
                 flagged = flag_chunks(context)
+                flagged_ids = {f.chunk_id for f in flagged}
             with _timed(timings, "support"):
-                support = self.support(question, context) if not context.empty else 0.0
+                support = self.support(question, context, flagged_ids)
             out = Answer(
                 question=question,
                 answer=NO_ANSWER,
@@ -216,7 +231,7 @@ class AnswerService:
                     raw,
                     context,
                     threshold=self.grounding_threshold,
-                    excluded_chunks={f.chunk_id for f in flagged},
+                    excluded_chunks=flagged_ids,
                 )
             out.grounding = report
             out.unsupported_sentences = [s.text for s in report.unsupported]

@@ -1,0 +1,123 @@
+"""Measure answers on Cranfield: calibrate the refusal threshold, then report generation figures.
+
+Not a test (benchmarks are not tests). Run:
+    OMP_NUM_THREADS=1 .venv/bin/python tests/answers/measure_answers.py [--json out.json]
+The Cranfield index is built once under ${RAGINDEX_CACHE:-~/.cache/ragindex}/answers-cranfield.
+Cases alternate into a calibration half and a test half; thresholds are set on the first and
+refusal rates reported on the second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
+
+import torch
+
+from ragindex.app.engine import LocalEngine
+from ragindex.evals.answers import (
+    calibrate_threshold,
+    cranfield_cases,
+    evaluate_answers,
+    out_of_domain_cases,
+    split_halves,
+)
+from ragindex.evals.collections import load_cranfield
+from ragindex.router.answer import AnswerService, dense_support, lexical_support
+from ragindex.router.context import assemble_context
+from ragindex.router.generators import ExtractiveGenerator
+
+TENANT = "cranfield"
+
+
+def open_index(cranfield: Path) -> LocalEngine:
+    cache = Path(os.environ.get("RAGINDEX_CACHE", Path.home() / ".cache/ragindex"))
+    data_dir = cache / "answers-cranfield"
+    built = (data_dir / "built").exists()
+    engine = LocalEngine.open(data_dir)
+    if not built:
+        collection = load_cranfield(cranfield)
+        docs = [d.to_document("cranfield") for d in collection.corpus.values() if d.text.strip()]
+        for start in range(0, len(docs), 64):
+            list(engine.ingest.upsert(TENANT, docs[start : start + 64]))
+        engine.dense.save()
+        (data_dir / "built").write_text("ok")
+    return engine
+
+
+def rates(values: list[float], threshold: float) -> float:
+    return round(sum(v < threshold for v in values) / len(values), 4)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--cranfield", type=Path, default=Path("/work/shared/data/cranfield"))
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    engine = open_index(args.cranfield)
+    try:
+        answerable = cranfield_cases(load_cranfield(args.cranfield))
+        ood = out_of_domain_cases()
+        (a_cal, a_test), (o_cal, o_test) = split_halves(answerable), split_halves(ood)
+
+        signals: dict[str, dict[str, float]] = {}
+        for case in answerable + ood:
+            hits = engine.query.search(TENANT, case.question, 8).hits
+            ctx = assemble_context(hits, engine.embedder.count_tokens)
+            signals[case.qid] = {
+                "dense": dense_support(case.question, ctx, engine.embedder),
+                "lexical": lexical_support(case.question, ctx),
+            }
+        report: dict[str, object] = {}
+        for name in ("dense", "lexical"):
+            threshold = calibrate_threshold([signals[c.qid][name] for c in a_cal], 0.1)
+            report[name] = {
+                "threshold": round(threshold, 4),
+                "calibration_half": {
+                    "answerable_refusal": rates([signals[c.qid][name] for c in a_cal], threshold),
+                    "ood_refusal": rates([signals[c.qid][name] for c in o_cal], threshold),
+                },
+                "test_half": {
+                    "answerable_refusal": rates([signals[c.qid][name] for c in a_test], threshold),
+                    "ood_refusal": rates([signals[c.qid][name] for c in o_test], threshold),
+                },
+            }
+        print(json.dumps(report, indent=2))
+
+        dense_threshold = report["dense"]["threshold"]  # type: ignore[index]
+        for label, gen in (
+            ("extractive-lexical", ExtractiveGenerator()),
+            ("extractive-minilm", ExtractiveGenerator(engine.embedder)),
+        ):
+            svc = AnswerService(
+                engine.query,
+                gen,
+                engine.embedder.count_tokens,
+                embedder=engine.embedder,
+                refusal_threshold=dense_threshold,
+            )
+            start = time.perf_counter()
+            result = evaluate_answers(
+                lambda q, svc=svc: svc.answer(TENANT, q), a_test + o_test, embedder=None
+            )
+            result.pop("per_question")
+            result["seconds"] = round(time.perf_counter() - start, 1)
+            report[label] = result
+            print(label, json.dumps(result, indent=2))
+        if args.json:
+            args.json.write_text(json.dumps(report, indent=2))
+    finally:
+        engine.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
