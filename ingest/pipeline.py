@@ -1,0 +1,142 @@
+"""The write path: validate, chunk, diff against the manifest, embed what changed, write.
+
+Order matters for both guarantees:
+- Bad input changes nothing: every document is validated and chunked before the first
+  write, so one bad document rejects the whole batch.
+- Acknowledged writes are not lost: dense and lexical are written (each durable on return)
+  before the store, which is the manifest; a crash in between makes a retry redo the work.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from ragindex.config import ChunkingSpec
+from ragindex.errors import IdentityMismatch, InvalidInput
+from ragindex.ingest.chunkers import chunk_document
+from ragindex.ingest.parsers import document_from_mapping
+from ragindex.ingest.store import ChunkStore, Diff
+from ragindex.protocols import DenseIndex, Embedder, LexicalIndex, Vectors
+from ragindex.types import ID_PART_RE, Chunk, Document, validate_tenant
+
+SPECIAL_TOKENS = 2  # [CLS] and [SEP] (or <s> and </s>) around every passage
+EMBED_BATCH = 256  # chunks handed to the embedder per call (it batches further itself)
+
+
+@dataclass(frozen=True)
+class DocResult:
+    """What one upsert did to one document (counts of chunks)."""
+
+    key: str
+    added: int
+    unchanged: int
+    removed: int
+
+
+def passage_token_limit(embedder: Embedder) -> int:
+    """Tokens of passage text the embedder sees: its window less special tokens and prefix."""
+    prefix = embedder.count_tokens(embedder.identity.passage_prefix)
+    return embedder.max_seq_length - SPECIAL_TOKENS - prefix
+
+
+def as_documents(documents: Iterable[Document | Mapping[str, object]]) -> list[Document]:
+    """Validate a batch: Documents or JSON-like objects, unique keys, JSON metadata."""
+    if isinstance(documents, (str, bytes, Mapping)):
+        raise InvalidInput("documents must be a list of documents")
+    docs: list[Document] = []
+    seen: set[str] = set()
+    for i, d in enumerate(documents):
+        where = f"documents[{i}]"
+        doc = d if isinstance(d, Document) else document_from_mapping(d, where)
+        if doc.key in seen:
+            raise InvalidInput(f"{where}: document {doc.key} appears twice in one upsert")
+        seen.add(doc.key)
+        try:
+            json.dumps(doc.metadata)
+        except (TypeError, ValueError) as exc:
+            raise InvalidInput(f"{where}: metadata is not JSON ({exc})") from None
+        docs.append(doc)
+    return docs
+
+
+class IngestPipeline:
+    """Upserts and deletes documents of any tenant into dense, lexical and the store."""
+
+    def __init__(
+        self,
+        embedder: Embedder,
+        dense: DenseIndex,
+        lexical: LexicalIndex,
+        store: ChunkStore,
+        chunking: ChunkingSpec | None = None,
+    ) -> None:
+        if dense.identity != embedder.identity:
+            raise IdentityMismatch(
+                f"dense index was built with {dense.identity}, the embedder is {embedder.identity}"
+            )
+        store.bind_identity(embedder.identity)
+        self.embedder = embedder
+        self.dense = dense
+        self.lexical = lexical
+        self.store = store
+        self.chunking = chunking or ChunkingSpec.model_validate({})
+        self.limit = passage_token_limit(embedder)
+        self._lock = threading.Lock()  # one diff-then-apply at a time
+
+    def chunk(self, tenant_id: str, doc: Document) -> list[Chunk]:
+        return chunk_document(doc, tenant_id, self.chunking, self.embedder.count_tokens, self.limit)
+
+    def upsert(
+        self, tenant_id: str, documents: Iterable[Document | Mapping[str, object]]
+    ) -> list[DocResult]:
+        """Insert or replace documents; only new or changed chunks are embedded."""
+        tenant = validate_tenant(tenant_id)
+        docs = as_documents(documents)
+        chunked = [(doc, self.chunk(tenant, doc)) for doc in docs]
+        with self._lock:
+            diffs = [self.store.diff(tenant, doc, chunks) for doc, chunks in chunked]
+            self._write(tenant, diffs)
+        return [
+            DocResult(d.document.key, len(d.added), len(d.unchanged), len(d.removed)) for d in diffs
+        ]
+
+    def _embed(self, chunks: list[Chunk]) -> Vectors:
+        dim = self.embedder.identity.dimension
+        parts = [
+            self.embedder.embed_passages([c.text for c in chunks[i : i + EMBED_BATCH]])
+            for i in range(0, len(chunks), EMBED_BATCH)
+        ]
+        vectors = np.concatenate(parts) if parts else np.empty((0, dim), np.float32)
+        if vectors.shape != (len(chunks), dim):
+            raise RuntimeError(f"embedder returned {vectors.shape}, expected {(len(chunks), dim)}")
+        return vectors
+
+    def _write(self, tenant: str, diffs: list[Diff]) -> None:
+        added = [c for d in diffs for c in d.added]
+        removed = [cid for d in diffs for cid in d.removed]
+        if added:
+            vectors = self._embed(added)
+            self.dense.upsert(tenant, [c.chunk_id for c in added], vectors)
+            self.lexical.upsert(added)
+        if removed:
+            self.dense.delete(tenant, removed)
+            self.lexical.delete(tenant, removed)
+        self.store.apply(tenant, *diffs)
+
+    def delete(self, tenant_id: str, source: str, doc_id: str) -> list[str]:
+        """Remove a document everywhere; returns its chunk ids ([] if it was not there)."""
+        tenant = validate_tenant(tenant_id)
+        for name, value in (("source", source), ("doc_id", doc_id)):
+            if not isinstance(value, str) or not ID_PART_RE.match(value):
+                raise InvalidInput(f"{name} {value!r} is malformed")
+        with self._lock:
+            ids = list(self.store.stored_hashes(tenant, source, doc_id))
+            if ids:
+                self.dense.delete(tenant, ids)
+                self.lexical.delete(tenant, ids)
+            return self.store.delete_document(tenant, source, doc_id)
