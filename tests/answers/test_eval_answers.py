@@ -79,7 +79,7 @@ def test_report_figures(make_hit, count_words):
     ]
     report = evaluate_answers(replies.__getitem__, cases)
     assert report["faithfulness"] == 0.25  # mean of 1/2 and 0/1 (an uncited "x")
-    assert report["citation_precision"] == pytest.approx(1 / 3)  # [1] yes, [2] no, [1] no
+    assert report["citation_precision"] == pytest.approx(1 / 3, abs=1e-3)  # [1] yes, [2] no, [1] no
     assert report["cited_doc_relevance"] == 1.0
     assert report["unanswerable_refusal_rate"] == 0.5
     assert report["answerable_refusal_rate"] == 0.0
