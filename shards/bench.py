@@ -43,7 +43,7 @@ class TopicModel:
         """n vectors from the given topics with the given mixture weights."""
         topic = self.rng.choice(topic_ids, size=n, p=weights)
         sub = self.rng.integers(0, _SUBTOPICS, size=n)
-        noise = self.rng.standard_normal((n, self.dim)) * (0.6 / np.sqrt(self.dim))
+        noise = self.rng.standard_normal((n, self.dim)) * (1.0 / np.sqrt(self.dim))
         return _normalise(self.topics[topic] + self.subtopics[topic, sub] + noise)
 
 
