@@ -129,6 +129,6 @@ class LocalEngine:
         )
 
     def close(self) -> None:
-        self.dense.save()
+        self.dense.close()
         self.lexical.close()
         self.store.close()
