@@ -10,6 +10,7 @@ import hashlib
 from collections.abc import Sequence
 
 from ragindex.errors import InvalidInput
+from ragindex.lexical.analysis import analyze
 from ragindex.types import Chunk, validate_tenant
 
 MAX_TOP_K = 10_000  # Elasticsearch's default index.max_result_window
@@ -31,6 +32,13 @@ def doc_key(tenant_id: str, chunk_id: str) -> str:
 def indexed_text(chunk: Chunk) -> str:
     """The text BM25 sees: the title (when there is one) and the chunk text."""
     return f"{chunk.title}\n{chunk.text}" if chunk.title else chunk.text
+
+
+def is_searchable(chunk: Chunk) -> bool:
+    """Whether the chunk has any BM25 term. Chunks without one are kept out of both indexes:
+    they can never match, and Lucene leaves them out of its BM25 statistics (document count,
+    average length) while tantivy would count them, so indexing them would skew scores."""
+    return bool(analyze(indexed_text(chunk)))
 
 
 def _check_chunk_id(chunk_id: object) -> str:

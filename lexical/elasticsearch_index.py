@@ -37,6 +37,7 @@ from ragindex.lexical.analysis import analyze
 from ragindex.lexical.documents import (
     doc_key,
     indexed_text,
+    is_searchable,
     validate_chunks,
     validate_ids,
     validate_search,
@@ -281,14 +282,19 @@ class ElasticsearchIndex:
             raise BulkWriteError(failures)
 
     def upsert(self, chunks: Sequence[Chunk]) -> None:
-        """Index (replace) each chunk by (tenant, chunk id); searchable when this returns."""
+        """Index (replace) each chunk by (tenant, chunk id); searchable when this returns.
+        A chunk with no BM25 term only removes its previous version (see is_searchable)."""
         valid = validate_chunks(chunks)
         if not valid:
             return
         index = self.index_name()
         ops: list[dict[str, Any]] = []
         for c in valid:
-            ops.append({"index": {"_index": index, "_id": doc_key(c.tenant_id, c.chunk_id)}})
+            doc_id = doc_key(c.tenant_id, c.chunk_id)
+            if not is_searchable(c):
+                ops.append({"delete": {"_index": index, "_id": doc_id}})
+                continue
+            ops.append({"index": {"_index": index, "_id": doc_id}})
             ops.append(
                 {
                     "text": indexed_text(c),

@@ -20,6 +20,7 @@ from ragindex.lexical.analysis import ANALYZER_NAME, analyze, build_analyzer
 from ragindex.lexical.documents import (
     doc_key,
     indexed_text,
+    is_searchable,
     validate_chunks,
     validate_ids,
     validate_search,
@@ -105,7 +106,8 @@ class TantivyIndex:
         self._index.reload()
 
     def upsert(self, chunks: Sequence[Chunk]) -> None:
-        """Replace-or-insert each chunk by (tenant, chunk id); visible when this returns."""
+        """Replace-or-insert each chunk by (tenant, chunk id); visible when this returns.
+        A chunk with no BM25 term only removes its previous version (see is_searchable)."""
         valid = validate_chunks(chunks)
         if not valid:
             return
@@ -115,6 +117,8 @@ class TantivyIndex:
                 for chunk in valid:
                     key = doc_key(chunk.tenant_id, chunk.chunk_id)
                     writer.delete_documents_by_term("key", key)
+                    if not is_searchable(chunk):
+                        continue
                     writer.add_document(
                         tantivy.Document(
                             text=indexed_text(chunk),

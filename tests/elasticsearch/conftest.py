@@ -60,7 +60,12 @@ def make_chunk() -> Callable[..., Chunk]:
 
 
 @pytest.fixture(scope="session")
-def cranfield() -> Cranfield:
+def cranfield_dir() -> Path:
     if not CRANFIELD_DIR.exists():
         pytest.skip(f"Cranfield data not found at {CRANFIELD_DIR}")
-    return load_cranfield(CRANFIELD_DIR)
+    return CRANFIELD_DIR
+
+
+@pytest.fixture(scope="session")
+def cranfield(cranfield_dir: Path) -> Cranfield:
+    return load_cranfield(cranfield_dir)

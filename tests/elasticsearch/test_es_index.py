@@ -177,3 +177,12 @@ def test_unreachable_server_fails_fast_and_clearly(
         # Bounded by the timeout (writes add the refresh interval), never a hang.
         assert time.monotonic() - start < 2 * (timeout_s + index.refresh_interval_s) + 1
     index.close()
+
+
+def test_chunk_without_terms_is_not_indexed(
+    es_index: ElasticsearchIndex, make_chunk: MakeChunk
+) -> None:
+    es_index.upsert([make_chunk("t1", "s:a:0", "vortex sheet")])
+    es_index.upsert([make_chunk("t1", "s:a:0", " -- ... "), make_chunk("t1", "s:a:1", "?")])
+    assert es_index.search("vortex", 5, "t1") == []
+    assert es_index.count("t1") == 0
