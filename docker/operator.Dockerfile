@@ -28,4 +28,4 @@ USER 65532:65532
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 HOME=/tmp
 EXPOSE 8080
 ENTRYPOINT ["python", "-m", "ragindex.operator"]
-CMD ["--runtime=cluster", "--liveness=http://0.0.0.0:8080/healthz"]
+CMD ["--runtime=cluster", "--all-namespaces", "--liveness=http://0.0.0.0:8080/healthz"]

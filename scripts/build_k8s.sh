@@ -94,10 +94,19 @@ helm_build() {
   if [[ -x "$BIN/helm" ]]; then log "helm exists, skipped"; return; fi
   local gobin="$ROOT/src/helm-bin"
   mkdir -p "$gobin"
-  local pkg=helm.sh/helm/v3/internal/version
-  timed helm env GOBIN="$gobin" go install \
-    -ldflags "-s -w -X $pkg.version=$HELM_VERSION -X $pkg.gitTreeState=clean" \
-    "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+  # Like helm's Makefile: the Kubernetes version `helm template`/`lint` assume offline follows
+  # the client-go helm is built with (unstamped, it is v1.20 and kubeVersion checks fail).
+  local gomod kminor
+  gomod="$(go mod download -json "helm.sh/helm/v3@$HELM_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')"
+  kminor="$(sed -n 's#^[[:space:]]*k8s.io/client-go v0\.\([0-9]*\)\..*#\1#p' "$gomod")"
+  [[ -n "$kminor" ]] || { echo "build_k8s.sh: no client-go version in helm's go.mod" >&2; exit 1; }
+  local flags="-s -w" p
+  flags+=" -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
+  flags+=" -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
+  for p in helm.sh/helm/v3/pkg/chartutil helm.sh/helm/v3/pkg/lint/rules; do
+    flags+=" -X $p.k8sVersionMajor=1 -X $p.k8sVersionMinor=$kminor"
+  done
+  timed helm env GOBIN="$gobin" go install -ldflags "$flags" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
   mv "$gobin/helm" "$BIN/helm"
 }
 

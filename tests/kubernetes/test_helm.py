@@ -79,7 +79,8 @@ def test_default_render(kube_cluster) -> None:
     assert sc["capabilities"] == {"drop": ["ALL"]}
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert container["readinessProbe"]["httpGet"]["port"] == "health"
-    assert "--standalone" in container["args"]
+    assert container["args"][:2] == ["--runtime=cluster", "--all-namespaces"]
+    assert not any(a.startswith("--peering") for a in container["args"])
     assert pod["serviceAccountName"] == _one(objs, "ServiceAccount")["metadata"]["name"]
 
 
@@ -112,7 +113,7 @@ def test_prod_render_enables_peering(kube_cluster) -> None:
     assert deployment["spec"]["replicas"] == 2
     peering = _one(objs, "ClusterKopfPeering")["metadata"]["name"]
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert f"--peering={peering}" in args and "--standalone" not in args
+    assert f"--peering={peering}" in args
     assert _one(objs, "PodDisruptionBudget")["spec"]["minAvailable"] == 1
     rules = _one(objs, "ClusterRole")["rules"]
     groups = {g for rule in rules for g in rule["apiGroups"]}
