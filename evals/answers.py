@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from statistics import mean
 from typing import Any
@@ -69,18 +70,23 @@ def split_halves(cases: Sequence[AnswerCase]) -> tuple[list[AnswerCase], list[An
     return list(cases[0::2]), list(cases[1::2])
 
 
-def calibrate_threshold(answerable: Iterable[float], max_answerable_refusal: float = 0.1) -> float:
-    """The highest support threshold that refuses at most `max_answerable_refusal` of the
-    answerable questions (refused when support < threshold). Both refusal rates only grow with
-    the threshold, so this is also the one that refuses the most unanswerable questions. Pure."""
-    if not 0.0 <= max_answerable_refusal < 1.0:
+def calibrate_threshold(answerable: Iterable[float], unanswerable: Iterable[float]) -> float:
+    """The support threshold that best separates the two sets (refused when support <
+    threshold): it maximises the unanswerable refusal rate minus the answerable refusal rate
+    (Youden's J), placed midway between neighbouring observed values so it sits in the gap
+    rather than on a sample. Ties go to the lower threshold (fewer wrong refusals). Pure."""
+    pos, neg = sorted(answerable), sorted(unanswerable)
+    if not pos or not neg:
         raise InvalidInput(
-            f"max_answerable_refusal must be in [0, 1), got {max_answerable_refusal}"
+            "calibration needs support values of both answerable and other questions"
         )
-    values = sorted(answerable)
-    if not values:
-        raise InvalidInput("calibration needs support values of answerable questions")
-    return float(values[int(max_answerable_refusal * len(values))])
+    values = sorted(set(pos) | set(neg))
+    cuts = [(lo + hi) / 2 for lo, hi in pairwise(values)] or values
+
+    def j(t: float) -> float:
+        return sum(v < t for v in neg) / len(neg) - sum(v < t for v in pos) / len(pos)
+
+    return float(max(cuts, key=lambda t: (j(t), -t)))
 
 
 def answer_relevance(question: str, text: str, embedder: Embedder | None = None) -> float:

@@ -78,7 +78,9 @@ def main() -> int:
             }
         report: dict[str, object] = {}
         for name in ("dense", "lexical"):
-            threshold = calibrate_threshold([signals[c.qid][name] for c in a_cal], 0.1)
+            threshold = calibrate_threshold(
+                [signals[c.qid][name] for c in a_cal], [signals[c.qid][name] for c in o_cal]
+            )
             report[name] = {
                 "threshold": round(threshold, 4),
                 "calibration_half": {

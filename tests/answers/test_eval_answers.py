@@ -20,15 +20,15 @@ from ragindex.router.prompt import NO_ANSWER
 TEXT = "panel flutter boundaries were lowered by aerodynamic heating at supersonic speeds"
 
 
-def test_calibration_refuses_at_most_the_allowed_share():
-    values = [0.1 * i for i in range(1, 11)]  # 0.1 .. 1.0
-    threshold = calibrate_threshold(values, 0.1)
-    assert sum(v < threshold for v in values) == 1
-    assert calibrate_threshold(values, 0.0) == pytest.approx(0.1)
+def test_calibration_sits_in_the_gap_between_the_sets():
+    answerable = [0.45, 0.5, 0.6, 0.7, 0.8]
+    unanswerable = [0.1, 0.2, 0.3, 0.35]
+    assert calibrate_threshold(answerable, unanswerable) == pytest.approx(0.4)
+    # overlapping sets: the cut maximising (ood refused - answerable refused)
+    threshold = calibrate_threshold([0.3, 0.6, 0.7, 0.8], [0.1, 0.2, 0.4, 0.9])
+    assert threshold == pytest.approx(0.25)
     with pytest.raises(InvalidInput):
-        calibrate_threshold([], 0.1)
-    with pytest.raises(InvalidInput):
-        calibrate_threshold(values, 1.0)
+        calibrate_threshold([], [0.1])
 
 
 def test_out_of_domain_file_and_halves():
