@@ -13,10 +13,9 @@
   is configured explicitly with k1=1.2, b=0.75, so both backends rank alike.
 - Every request has a timeout and no retries: a down or silent server raises
   BackendUnavailable within `timeout_s` (writes: `timeout_s` + the refresh interval).
-- Wire protocol: the 9.x Python client asks for REST API version 9, which 8.x servers reject.
-  `make_client` asks for REST compatibility version 8 instead, which 8.x servers speak natively
-  and 9.x servers accept, so one client works with both (the test harness runs 8.19, the
-  newest integration-test distribution on Maven Central).
+- Versions: the client major must match the server's. The test harness runs 8.19, the newest
+  integration-test distribution on Maven Central (no 9.x is published there), so the client
+  is pinned to 8.19; moving both to 9.x changes nothing in this module.
 """
 
 from __future__ import annotations
@@ -27,9 +26,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from elastic_transport import ConnectionError as TransportConnectionError
-from elastic_transport import ConnectionTimeout, HttpHeaders, TransportError, Urllib3HttpNode
-from elastic_transport._node._base import NodeApiResponse
-from elastic_transport.client_utils import DEFAULT, DefaultType
+from elastic_transport import ConnectionTimeout, TransportError
 from elasticsearch import ApiError, Elasticsearch, NotFoundError
 
 from ragindex.errors import BackendUnavailable, InvalidInput, RagIndexError
@@ -49,7 +46,6 @@ GENERATION_RE = re.compile(r"^[a-z0-9][a-z0-9_]{0,63}$")
 BM25_K1 = 1.2
 BM25_B = 0.75
 _SIMILARITY = "ragindex_bm25"
-_COMPAT_RE = re.compile(r"compatible-with=\d+")
 
 
 class BulkWriteError(RagIndexError):
@@ -61,30 +57,10 @@ class BulkWriteError(RagIndexError):
         super().__init__(f"{len(failures)} bulk item(s) failed: {shown}")
 
 
-class _CompatV8Node(Urllib3HttpNode):
-    """Ask for REST API compatibility version 8 (see the module docstring)."""
-
-    def perform_request(
-        self,
-        method: str,
-        target: str,
-        body: bytes | None = None,
-        headers: HttpHeaders | None = None,
-        request_timeout: DefaultType | float | None = DEFAULT,
-    ) -> NodeApiResponse:
-        if headers is not None:
-            headers = headers.copy()
-            for name in ("accept", "content-type"):
-                if name in headers:
-                    headers[name] = _COMPAT_RE.sub("compatible-with=8", headers[name])
-        return super().perform_request(method, target, body, headers, request_timeout)
-
-
 def make_client(url: str, timeout_s: float = 2.0) -> Elasticsearch:
-    """A client for one Elasticsearch URL: bounded timeout, no retries, REST compat v8."""
+    """A client for one Elasticsearch URL: bounded timeout, no retries."""
     return Elasticsearch(
         url,
-        node_class=_CompatV8Node,
         request_timeout=timeout_s,
         max_retries=0,
         retry_on_timeout=False,

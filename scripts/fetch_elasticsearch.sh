@@ -5,8 +5,7 @@
 # Why 8.19.21 and not 9.x: the integ-test-zip artifact
 # (org.elasticsearch.distribution.integ-test-zip:elasticsearch) is not published on Maven
 # Central for any 9.x version (maven-metadata.xml stops at 8.19.21 and 9.x paths return 404),
-# so the newest available server is pinned. ragindex.lexical.elasticsearch_index speaks to it
-# with the 9.x Python client in REST compatibility mode "8" (see that module).
+# so the newest available server is pinned, with the matching 8.19 Python client.
 #
 # Idempotent: a second run with a complete install only prints the directory.
 set -euo pipefail
