@@ -23,10 +23,11 @@ from pathlib import Path
 import yaml
 
 from ragindex.config import RagIndexSpec
-from ragindex.errors import IdentityMismatch
+from ragindex.errors import IdentityMismatch, InvalidInput
 from ragindex.ingest.pipeline import IngestPipeline
 from ragindex.ingest.store import ChunkStore
 from ragindex.lexical import TantivyIndex
+from ragindex.lexical.elasticsearch_index import ElasticsearchIndex
 from ragindex.models.embedder import load_embedder
 from ragindex.models.reranker import load_reranker
 from ragindex.protocols import Embedder, LexicalIndex
@@ -49,6 +50,30 @@ def load_spec(path: Path | None) -> RagIndexSpec:
     if isinstance(data, dict) and "kind" in data and "spec" in data:
         data = data["spec"]
     return RagIndexSpec.model_validate(data or {})
+
+
+def open_lexical(
+    spec: RagIndexSpec, data_dir: Path, identity: ModelIdentity, *, read_only: bool = False
+) -> LexicalIndex:
+    """The BM25 leg the spec asks for: tantivy in the data dir, or an Elasticsearch alias.
+
+    On Elasticsearch the concrete index is named after the embedder identity's fingerprint,
+    so a new generation is built beside the old one and the alias stamps the identity too.
+    """
+    if spec.lexical.backend == "embedded":
+        return TantivyIndex.open(data_dir / "lexical", read_only=read_only)
+    if not spec.lexical.elasticsearch_url:
+        raise InvalidInput(
+            "lexical.backend is elasticsearch but lexical.elasticsearchUrl is not set"
+            " (on one machine the URL is required; the operator sets it for a managed cluster)"
+        )
+    return ElasticsearchIndex.open(
+        spec.lexical.elasticsearch_url,
+        alias=spec.lexical.elasticsearch_alias,
+        generation=identity.fingerprint(),
+        timeout_s=spec.lexical.request_timeout_s,
+        refresh_interval_s=min(1.0, spec.freshness_s),
+    )
 
 
 def check_stamp(data_dir: Path, spec: RagIndexSpec, identity: ModelIdentity) -> None:
@@ -105,7 +130,7 @@ class LocalEngine:
             hnsw=spec.dense.hnsw,
             exact_threshold=spec.dense.exact_threshold,
         )
-        lexical = TantivyIndex.open(data_dir / "lexical")
+        lexical = open_lexical(spec, data_dir, embedder.identity)
         store = ChunkStore(data_dir / "store.sqlite")
         reranker = load_reranker(spec.reranker) if spec.reranker.enabled else None
         return cls(

@@ -77,6 +77,11 @@ class LexicalSpec(_Spec):
     elasticsearch_url: str | None = Field(
         None, description="External Elasticsearch URL; unset with backend elasticsearch = managed."
     )
+    elasticsearch_alias: str = Field(
+        "ragindex",
+        pattern=r"^[a-z][a-z0-9_]{0,99}$",
+        description="Alias searched on Elasticsearch; each generation is `<alias>-<generation>`.",
+    )
     managed_nodes: int = Field(
         1, ge=1, le=100, description="Nodes of the managed (ECK) Elasticsearch cluster."
     )
