@@ -1,1 +1,5 @@
-"""ragindex.lexical"""
+"""ragindex.lexical: the BM25 leg, embedded (tantivy) or Elasticsearch, behind one interface."""
+
+from ragindex.lexical.tantivy_index import TantivyIndex
+
+__all__ = ["TantivyIndex"]
