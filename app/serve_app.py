@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -33,15 +34,14 @@ from ray import serve
 from ray.serve import Application
 from ray.serve.handle import DeploymentHandle
 
-from ragindex.app.engine import check_stamp
+from ragindex.app.engine import STAMP, check_stamp, open_lexical
 from ragindex.config import RagIndexSpec
 from ragindex.errors import BackendUnavailable, InvalidInput
 from ragindex.ingest.pipeline import IngestPipeline
 from ragindex.ingest.store import ChunkStore
-from ragindex.lexical import TantivyIndex
 from ragindex.models.embedder import load_embedder
 from ragindex.models.reranker import load_reranker
-from ragindex.protocols import Embedder, Vectors
+from ragindex.protocols import Embedder, LexicalIndex, Vectors
 from ragindex.router.auth import TokenVerifier
 from ragindex.router.http import create_app
 from ragindex.router.query import QueryEngine, SearchResult
@@ -182,6 +182,21 @@ class ReplicaDenseIndex:
         return [r.offset for r in self.replicas]
 
 
+def reload_lexical(index: LexicalIndex) -> None:
+    """See the writer's latest commits: tantivy readers reload; Elasticsearch refreshes itself."""
+    reload = getattr(index, "reload", None)
+    if reload is not None:
+        reload()
+
+
+def stamped_identity(data_dir: Path) -> ModelIdentity | None:
+    """The embedder identity the writer stamped on the data dir, or None before it has."""
+    path = data_dir / STAMP
+    if not path.exists():
+        return None
+    return ModelIdentity.from_dict(json.loads(path.read_text())["identity"])
+
+
 def index_exists(data_dir: Path, num_shards: int) -> bool:
     """Whether the writer has created every shard's snapshot (readers open after it)."""
     dense = data_dir / "dense"
@@ -198,7 +213,7 @@ class LocalQuerySide:
         self.data_dir = data_dir
         self.engine: QueryEngine | None = None
         self.dense: ReplicaDenseIndex | None = None
-        self.lexical: TantivyIndex | None = None
+        self.lexical: LexicalIndex | None = None
         self.store: ChunkStore | None = None
         self.embedder: Embedder | None = None
         self.refreshed_at = 0.0
@@ -221,7 +236,9 @@ class LocalQuerySide:
             for i in range(self.spec.dense.shards)
         ]
         self.dense = ReplicaDenseIndex(replicas)
-        self.lexical = TantivyIndex.open(self.data_dir / "lexical", read_only=True)
+        self.lexical = open_lexical(
+            self.spec, self.data_dir, self.embedder.identity, read_only=True
+        )
         self.store = ChunkStore(self.data_dir / "store.sqlite")
         reranker = load_reranker(self.spec.reranker) if self.spec.reranker.enabled else None
         self.engine = QueryEngine(
@@ -243,7 +260,7 @@ class LocalQuerySide:
             return
         assert self.dense is not None and self.lexical is not None
         self.dense.catch_up()
-        self.lexical.reload()
+        reload_lexical(self.lexical)
         self.refreshed_at = time.monotonic()
 
     def search(
@@ -516,7 +533,7 @@ class Ingest:
             hnsw=self.spec.dense.hnsw,
             exact_threshold=self.spec.dense.exact_threshold,
         )
-        self.lexical = TantivyIndex.open(self.data_dir / "lexical")
+        self.lexical = open_lexical(self.spec, self.data_dir, self.embedder.identity)
         self.store = ChunkStore(self.data_dir / "store.sqlite")
         self.pipeline = IngestPipeline(
             self.embedder, self.dense, self.lexical, self.store, self.spec.chunking
@@ -626,22 +643,28 @@ class ShardServer:
 
 
 class LexicalServer:
-    """The BM25 reader, reloaded every REFRESH_S to see the writer's commits."""
+    """The BM25 reader (spec.lexical.backend), reloaded every REFRESH_S to see new commits.
+
+    It opens once the writer has stamped the data dir, since an Elasticsearch generation is
+    named after the embedder identity.
+    """
 
     async def __init__(  # type: ignore[misc]  # Serve awaits async constructors
-        self, data_dir: str
+        self, spec: dict[str, Any], data_dir: str
     ) -> None:
-        self.path = Path(data_dir) / "lexical"
+        self.spec = RagIndexSpec.model_validate(spec)
+        self.data_dir = Path(data_dir)
         self.worker = _Worker("lexical")
-        self.index: TantivyIndex | None = None
+        self.index: LexicalIndex | None = None
         self._refresher = asyncio.get_running_loop().create_task(self._refresh_loop())
 
     def _refresh(self) -> None:
         if self.index is None:
-            if not self.path.exists():
+            identity = stamped_identity(self.data_dir)
+            if identity is None or not index_exists(self.data_dir, self.spec.dense.shards):
                 return
-            self.index = TantivyIndex.open(self.path, read_only=True)
-        self.index.reload()
+            self.index = open_lexical(self.spec, self.data_dir, identity, read_only=True)
+        reload_lexical(self.index)
 
     async def _refresh_loop(self) -> None:
         while True:
@@ -651,7 +674,7 @@ class LexicalServer:
                 log.exception("lexical reload failed")
             await asyncio.sleep(REFRESH_S)
 
-    def _index(self) -> TantivyIndex:
+    def _index(self) -> LexicalIndex:
         if self.index is None:
             raise BackendUnavailable("the BM25 index is still opening")
         return self.index
@@ -693,7 +716,7 @@ def build_app(args: dict[str, Any]) -> Application:
         ShardDeployment.options(**layout[shard_deployment_name(i)]).bind(spec_json, data_dir, i)
         for i in range(parsed.spec.dense.shards)
     ]
-    lexical = LexicalDeployment.options(**layout[LEXICAL]).bind(data_dir)
+    lexical = LexicalDeployment.options(**layout[LEXICAL]).bind(spec_json, data_dir)
     reranker = (
         RerankerDeployment.options(**layout[RERANKER]).bind(spec_json)
         if parsed.spec.reranker.enabled

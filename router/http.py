@@ -99,7 +99,7 @@ class DocumentResult(BaseModel):
 
 
 class UpsertResponse(BaseModel):
-    documents: list[DocumentResult]
+    results: list[DocumentResult] = Field(description="One entry per document, in request order.")
 
 
 class DeleteResponse(BaseModel):
@@ -312,7 +312,7 @@ def create_app(
         """Upsert a batch; answers per document how many chunks were added/unchanged/removed."""
         docs = [Document(**d.model_dump()) for d in body.documents]
         results = await backend.upsert(tenant_id, docs)
-        return UpsertResponse(documents=[DocumentResult(**r) for r in results])
+        return UpsertResponse(results=[DocumentResult(**r) for r in results])
 
     @app.delete(
         "/v1/documents/{source}/{doc_id}", response_model=DeleteResponse, tags=["documents"]

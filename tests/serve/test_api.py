@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
-from conftest import ServedApp
 
 from ragindex.router.auth import create_token
 from ragindex.router.http import MAX_BATCH_DOCUMENTS, MAX_BODY_BYTES
 from ragindex.types import MAX_DOCUMENT_CHARS
+
+if TYPE_CHECKING:  # fixtures come from conftest.py; pytest's importlib mode cannot import it
+    from conftest import ServedApp
 
 pytestmark = pytest.mark.serve
 
@@ -76,18 +78,18 @@ def test_upsert_reports_per_document_counts(served: ServedApp, tokens: dict[str,
         again = client.post("/v1/documents", json={"documents": [doc]}).json()
         edited = {**doc, "text": "Counting chunks again, differently this time."}
         third = client.post("/v1/documents", json={"documents": [edited]}).json()
-    assert first["documents"] == [
+    assert first["results"] == [
         {"source": "notes", "doc_id": "counts", "added": 1, "unchanged": 0, "removed": 0}
     ]
-    assert again["documents"][0] == {
+    assert again["results"][0] == {
         "source": "notes",
         "doc_id": "counts",
         "added": 0,
         "unchanged": 1,
         "removed": 0,
     }
-    assert third["documents"][0]["added"] == 1
-    assert third["documents"][0]["unchanged"] == 0
+    assert third["results"][0]["added"] == 1
+    assert third["results"][0]["unchanged"] == 0
 
 
 def test_search_returns_cited_hits_with_ranks_and_timings(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -18,7 +19,6 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import free_port
 
 from ragindex.router.auth import create_token
 
@@ -30,7 +30,7 @@ RAGINDEX = Path(sys.executable).with_name("ragindex")
 
 class Server:
     def __init__(self, data_dir: Path, log: Path) -> None:
-        self.port = free_port()
+        self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log.open("ab")
         self.proc = subprocess.Popen(
@@ -68,6 +68,12 @@ class Server:
                 self.proc.wait(timeout=30)
         _wait_group_gone(self.proc.pid, kill=True)
         self.log.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def _wait_group_gone(pgid: int, kill: bool = False, timeout_s: float = 30.0) -> None:
