@@ -60,6 +60,9 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--cranfield", type=Path, default=Path("/work/shared/data/cranfield"))
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--minilm", action="store_true", help="also run the MiniLM-scored extractive generator"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     engine = open_index(args.cranfield)
@@ -95,10 +98,10 @@ def main() -> int:
         print(json.dumps(report, indent=2))
 
         dense_threshold = report["dense"]["threshold"]  # type: ignore[index]
-        for label, gen in (
-            ("extractive-lexical", ExtractiveGenerator()),
-            ("extractive-minilm", ExtractiveGenerator(engine.embedder)),
-        ):
+        generators = [("extractive-lexical", ExtractiveGenerator())]
+        if args.minilm:
+            generators.append(("extractive-minilm", ExtractiveGenerator(engine.embedder)))
+        for label, gen in generators:
             svc = AnswerService(
                 engine.query,
                 gen,

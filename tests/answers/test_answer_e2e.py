@@ -9,15 +9,23 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from ragindex.errors import InvalidInput
 from ragindex.evals.collections import load_cranfield
 from ragindex.router.answer import AnswerRequest, AnswerResponse, AnswerService
-from ragindex.router.generators import ExtractiveGenerator, OpenAICompatibleGenerator
+from ragindex.router.generators import (
+    ExtractiveGenerator,
+    Generator,
+    OpenAICompatibleGenerator,
+)
 from ragindex.router.prompt import NO_ANSWER
 from ragindex.types import Document
+
+if TYPE_CHECKING:
+    from ragindex.app.engine import LocalEngine
 
 pytestmark = pytest.mark.slow
 
@@ -37,7 +45,7 @@ EVIL = Document(
 
 
 @pytest.fixture(scope="module")
-def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalEngine]:
     torch = pytest.importorskip("torch")
     torch.set_num_threads(1)
     from ragindex.app.engine import LocalEngine
@@ -51,7 +59,7 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     eng.close()
 
 
-def service(engine, generator=None) -> AnswerService:  # type: ignore[no-untyped-def]
+def service(engine: LocalEngine, generator: Generator | None = None) -> AnswerService:
     return AnswerService(
         engine.query,
         generator or ExtractiveGenerator(),
