@@ -2,23 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from ragindex.evals.collections import Collection
 from ragindex.lexical.analysis import analyze
-from ragindex.lexical.bench import (
-    BENCH_TENANT,
-    Cranfield,
-    corpus_chunks,
-    mean_ndcg,
-    run_bm25_bench,
-)
 from ragindex.lexical.elasticsearch_index import ElasticsearchIndex
 from ragindex.lexical.es_server import EsServer
 from ragindex.lexical.tantivy_index import TantivyIndex
-from ragindex.types import ScoredId
+from ragindex.protocols import LexicalIndex
+from ragindex.types import Chunk, ScoredId
 
 pytestmark = pytest.mark.elasticsearch
 
@@ -31,9 +26,9 @@ EDGE_CASES = [
 
 @pytest.fixture(scope="module")
 def loaded(
-    es_server: EsServer, cranfield: Cranfield, tmp_path_factory: pytest.TempPathFactory
+    es_server: EsServer, cranfield_chunks: list[Chunk], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[ElasticsearchIndex, TantivyIndex]]:
-    chunks = corpus_chunks(cranfield.docs)
+    chunks = cranfield_chunks
     es = ElasticsearchIndex.open(es_server.url, "parity_cranfield", timeout_s=10.0)
     tv = TantivyIndex.open(Path(tmp_path_factory.mktemp("parity")) / "tv")
     for i in range(0, len(chunks), 500):
@@ -46,10 +41,16 @@ def loaded(
 
 
 def test_tokens_equal_elasticsearch_analyze(
-    loaded: tuple[ElasticsearchIndex, TantivyIndex], cranfield: Cranfield
+    loaded: tuple[ElasticsearchIndex, TantivyIndex],
+    cranfield: Collection,
+    cranfield_chunks: list[Chunk],
 ) -> None:
     es, _ = loaded
-    texts = [*EDGE_CASES, *cranfield.docs.values(), *cranfield.queries.values()]
+    texts = [
+        *EDGE_CASES,
+        *(c.text for c in cranfield_chunks),
+        *(q.text for q in cranfield.queries.values()),
+    ]
     mismatches = [t for t in texts if analyze(t) != es.analyze(t)]
     assert mismatches == []
 
@@ -77,34 +78,21 @@ def _same_up_to_ties(a: list[ScoredId], b: list[ScoredId]) -> bool:
 
 
 def test_top10_equal_except_ties(
-    loaded: tuple[ElasticsearchIndex, TantivyIndex], cranfield: Cranfield
+    loaded: tuple[ElasticsearchIndex, TantivyIndex], cranfield: Collection
 ) -> None:
     es, tv = loaded
     differing = [
         qid
-        for qid, text in cranfield.queries.items()
-        if not _same_up_to_ties(
-            es.search(text, 10, BENCH_TENANT), tv.search(text, 10, BENCH_TENANT)
-        )
+        for qid, q in cranfield.queries.items()
+        if not _same_up_to_ties(es.search(q.text, 10, "bench"), tv.search(q.text, 10, "bench"))
     ]
     assert differing == []
 
 
 def test_cranfield_ndcg_within_001(
-    loaded: tuple[ElasticsearchIndex, TantivyIndex], cranfield: Cranfield
+    loaded: tuple[ElasticsearchIndex, TantivyIndex], mean_ndcg: Callable[[LexicalIndex], float]
 ) -> None:
     es, tv = loaded
-    es_ndcg, tv_ndcg = mean_ndcg(es, cranfield), mean_ndcg(tv, cranfield)
+    es_ndcg, tv_ndcg = mean_ndcg(es), mean_ndcg(tv)
     assert abs(es_ndcg - tv_ndcg) < 0.01
     assert 0.30 < es_ndcg < 0.37
-
-
-@pytest.mark.slow
-def test_bench_reports_both_backends(es_server: EsServer, cranfield_dir: Path) -> None:
-    result = run_bm25_bench(cranfield_dir, es_url=es_server.url, top_k=100, repeats=1)
-    assert result["corpus_docs"] == 1400 and result["queries"] == 225
-    for backend in ("tantivy", "elasticsearch"):
-        stats = result[backend]
-        assert stats["searches"] == 225
-        assert 0 < stats["p50_ms"] <= stats["p99_ms"]
-    assert result["ndcg@10_abs_diff"] < 0.01

@@ -8,11 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from ragindex.lexical.bench import Cranfield, load_cranfield
+from ragindex.evals.collections import Collection, load_cranfield
+from ragindex.evals.metrics import ndcg_at_k
 from ragindex.lexical.tantivy_index import TantivyIndex
+from ragindex.protocols import LexicalIndex
 from ragindex.types import Chunk
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+BENCH_TENANT = "bench"
 CRANFIELD_DIR = Path(
     os.environ.get("RAGINDEX_CRANFIELD")
     or Path(__file__).resolve().parents[2].parent / "shared" / "data" / "cranfield"
@@ -38,7 +41,34 @@ def tantivy_index(tmp_path: Path) -> Iterator[TantivyIndex]:
 
 
 @pytest.fixture(scope="session")
-def cranfield() -> Cranfield:
+def cranfield() -> Collection:
     if not CRANFIELD_DIR.exists():
         pytest.skip(f"Cranfield data not found at {CRANFIELD_DIR}")
     return load_cranfield(CRANFIELD_DIR)
+
+
+@pytest.fixture(scope="session")
+def cranfield_chunks(cranfield: Collection) -> list[Chunk]:
+    """One chunk per Cranfield document (chunk id = doc id; the title where there is no text)."""
+    return [
+        Chunk(BENCH_TENANT, d.doc_id, "bench", d.doc_id, 0, "", d.text or d.title, "")
+        for d in cranfield.corpus.values()
+    ]
+
+
+@pytest.fixture(scope="session")
+def mean_ndcg(cranfield: Collection) -> Callable[[LexicalIndex], float]:
+    """Mean nDCG@10 over the judged queries of a BM25 index holding `cranfield_chunks`."""
+
+    def mean(index: LexicalIndex) -> float:
+        scores = [
+            ndcg_at_k(
+                [h.chunk_id for h in index.search(cranfield.queries[q].text, 10, BENCH_TENANT)],
+                cranfield.qrels[q],
+                10,
+            )
+            for q in cranfield.judged_queries()
+        ]
+        return sum(scores) / len(scores)
+
+    return mean

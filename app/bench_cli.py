@@ -1,0 +1,137 @@
+"""`ragindex bench filtered` and `ragindex bench bm25`: run a benchmark, print a table, write JSON.
+
+The JSON says what the numbers were measured on (cores, thread settings), since figures from a
+2-core box shared with other work mean little without it. The BM25 benchmark composes the
+parts here (the app layer may import the engine; evals may not): it reuses the cached index of
+`ragindex eval` for the collection, so Cranfield is embedded once across runs, and starts a
+throwaway local Elasticsearch filled from that index's chunk store.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ragindex.app.engine import LocalEngine
+from ragindex.app.eval_cli import eval_data_dir
+from ragindex.app.loading import cranfield_dir
+from ragindex.config import RagIndexSpec
+from ragindex.evals.bench_bm25 import bm25_table, copy_chunks, run_bm25_bench, with_synthetic
+from ragindex.evals.collections import Collection, load_cranfield
+from ragindex.evals.runner import DEFAULT_TENANT, ingest_collection
+from ragindex.lexical.elasticsearch_index import ElasticsearchIndex
+from ragindex.lexical.es_server import ES_VERSION, running_elasticsearch
+from ragindex.router.query import QueryEngine
+from ragindex.shards.bench import run_filtered_bench
+
+FILTERED_DIM = 384
+FILTERED_QUERIES = 200
+BENCH_ALIAS = "bench_bm25"
+ES_BENCH_TIMEOUT_S = 30.0  # bulk loads on a busy 2-core box; searches finish in ms anyway
+
+
+def machine() -> dict[str, Any]:
+    """Cores and the thread settings that shape the numbers."""
+    import faiss
+    import torch
+
+    return {
+        "cores": os.cpu_count(),
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
+        "MKL_NUM_THREADS": os.environ.get("MKL_NUM_THREADS"),
+        "faiss_threads": faiss.omp_get_max_threads(),
+        "torch_threads": torch.get_num_threads(),
+    }
+
+
+def write_json(path: Path | None, payload: Mapping[str, Any]) -> None:
+    if path is None:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(payload, indent=2) + "\n")
+    print(f"wrote {path}", file=sys.stderr)
+
+
+def filtered_table(result: Mapping[str, Mapping[str, Any]]) -> str:
+    """One row per tenant share of `run_filtered_bench`'s result."""
+    header = ["share", "vectors", "search", "recall@10", "p50 ms", "p99 ms"]
+    rows = [
+        [
+            share,
+            str(row["vectors"]),
+            str(row["search"]),
+            f"{row['recall@10']:.4f}",
+            f"{row['p50_ms']:.3f}",
+            f"{row['p99_ms']:.3f}",
+        ]
+        for share, row in result.items()
+    ]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip()
+        for r in [header, *rows]
+    )
+
+
+def bench_filtered_command(args: argparse.Namespace) -> int:
+    """Tenant-filtered dense search by tenant share: `{share: {recall@10, p50_ms, ...}}` plus
+    a `run` entry with what it ran on."""
+    result = run_filtered_bench(vectors=args.vectors, dim=FILTERED_DIM, queries=FILTERED_QUERIES)
+    print(f"filtered dense search: {args.vectors} vectors, dim {FILTERED_DIM}")
+    print(filtered_table(result))
+    run = {"vectors": args.vectors, "dim": FILTERED_DIM, "queries": FILTERED_QUERIES, **machine()}
+    write_json(args.json, {**result, "run": run})
+    return 0
+
+
+def bm25_bench(
+    collection: Collection,
+    data_dir: Path,
+    es_url: str,
+    spec: RagIndexSpec | None = None,
+    repeats: int = 3,
+) -> dict[str, Any]:
+    """Ingest the collection once (incrementally) into the engine at data_dir, copy its chunks
+    into a fresh Elasticsearch alias, and measure both backends with the same dense index and
+    chunk store."""
+    spec = spec or RagIndexSpec()
+    engine = LocalEngine.open(data_dir, spec)
+    try:
+        print(f"ingesting {collection.name} into {data_dir} ...", file=sys.stderr, flush=True)
+        ingest_collection(collection, engine.ingest.upsert)
+        es = ElasticsearchIndex.open(es_url, BENCH_ALIAS, timeout_s=ES_BENCH_TIMEOUT_S)
+        try:
+            copy_chunks(engine.store, DEFAULT_TENANT, es)
+            es_engine = QueryEngine(
+                engine.embedder,
+                engine.dense,
+                es,
+                engine.store,
+                fusion=spec.fusion,
+                lexical_spec=spec.lexical,
+            )
+            print("measuring ...", file=sys.stderr, flush=True)
+            return run_bm25_bench(collection, engine.query, es_engine, repeats=repeats)
+        finally:
+            es.drop()
+            es.close()
+    finally:
+        engine.close()
+
+
+def bench_bm25_command(args: argparse.Namespace) -> int:
+    """BM25 top-100 and hybrid on Elasticsearch vs tantivy over Cranfield (plus
+    `args.synthetic` generated documents when the parser offers that option)."""
+    collection = with_synthetic(load_cranfield(cranfield_dir()), getattr(args, "synthetic", 0))
+    spec = RagIndexSpec()
+    with running_elasticsearch() as server:
+        result = bm25_bench(collection, eval_data_dir(collection, spec), server.url)
+    result["run"] = {"elasticsearch": ES_VERSION, **machine()}
+    print(bm25_table(result))
+    write_json(args.json, result)
+    return 0

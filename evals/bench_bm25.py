@@ -1,0 +1,252 @@
+"""BM25 and hybrid retrieval on Elasticsearch vs the embedded tantivy backend, in one run.
+
+Why (issue #4): the production BM25 leg runs on Elasticsearch, the one-machine default on
+tantivy; this measures both on the same chunks and queries, alone (top-100 latency, nDCG@10,
+which must agree within 0.01: same analyzer, same BM25 parameters) and as the lexical leg of
+hybrid retrieval (latency and nDCG@10 of the whole query path).
+
+The corpus is embedded once: the caller passes two `QueryEngine`s that share the embedder,
+the dense index and the chunk store and differ only in their lexical leg (evals may not import
+the app's engine, so the app composes them). `copy_chunks` fills a second BM25 backend from
+the chunk store, so both hold exactly the chunks the ingest pipeline wrote. Quality is scored
+with the evals runner and metrics, as `ragindex eval` does.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from ragindex.errors import InvalidInput
+from ragindex.evals.collections import Collection, CorpusDoc
+from ragindex.evals.runner import DEFAULT_TENANT, evaluate
+from ragindex.ingest.store import ChunkStore
+from ragindex.lexical.analysis import analyze
+from ragindex.protocols import LexicalIndex
+from ragindex.router.query import QueryEngine
+
+BACKENDS = ("tantivy", "elasticsearch")
+NDCG_TOLERANCE = 0.01
+_COPY_BATCH = 500
+_LEG_MODES = {"bm25": "lexical", "hybrid": "hybrid"}
+
+
+def with_synthetic(collection: Collection, n: int, seed: int = 0) -> Collection:
+    """The collection plus `n` unjudged documents of 40-160 words drawn Zipf-like from its own
+    analysed vocabulary, to measure latency on a larger corpus. Named `<name>-syn<n>` so its
+    chunk ids (and any cached index of it) never mix with the plain collection's."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise InvalidInput(f"synthetic document count must be an integer >= 0, got {n!r}")
+    if n == 0:
+        return collection
+    freq: dict[str, int] = {}
+    for doc in collection.corpus.values():
+        for token in analyze(f"{doc.title} {doc.text}"):
+            freq[token] = freq.get(token, 0) + 1
+    words = sorted(freq, key=lambda t: (-freq[t], t))
+    if not words:
+        raise InvalidInput(f"collection {collection.name!r} has no words to draw from")
+    weights = [1.0 / rank for rank in range(1, len(words) + 1)]
+    rng = random.Random(seed)
+    extra = {}
+    for i in range(n):
+        doc_id = f"syn{i}"
+        text = " ".join(rng.choices(words, weights, k=rng.randint(40, 160)))
+        extra[doc_id] = CorpusDoc(doc_id, "", text)
+    clash = extra.keys() & collection.corpus.keys()
+    if clash:
+        raise InvalidInput(f"synthetic ids clash with the collection's: {sorted(clash)[:5]}")
+    return Collection(
+        f"{collection.name}-syn{n}",
+        {**collection.corpus, **extra},
+        collection.queries,
+        collection.qrels,
+    )
+
+
+def copy_chunks(store: ChunkStore, tenant_id: str, target: LexicalIndex) -> int:
+    """Upsert every live chunk of the tenant from the chunk store into a BM25 backend, so a
+    backend added after ingest holds exactly what the pipeline wrote. Returns chunks copied."""
+    ids = [cid for doc in store.documents(tenant_id) for cid in doc.chunks]
+    for start in range(0, len(ids), _COPY_BATCH):
+        part = ids[start : start + _COPY_BATCH]
+        found = store.get_chunks(tenant_id, part)
+        target.upsert([found[cid] for cid in part if cid in found])
+    return len(ids)
+
+
+def percentiles(samples_ms: Sequence[float]) -> dict[str, float]:
+    """p50/p99 in ms and the sample count."""
+    if not samples_ms:
+        raise InvalidInput("no latency samples")
+    return {
+        "p50_ms": round(float(np.percentile(samples_ms, 50)), 3),
+        "p99_ms": round(float(np.percentile(samples_ms, 99)), 3),
+        "searches": len(samples_ms),
+    }
+
+
+def time_searches(
+    searches: Mapping[str, Callable[[str], object]], queries: Sequence[str], repeats: int
+) -> dict[str, list[float]]:
+    """Milliseconds per single search, for each named search function. One untimed warm-up
+    pass each, then `repeats` rounds that alternate the functions, so drift in a noisy
+    machine's load hits both alike."""
+    for search in searches.values():
+        for q in queries:
+            search(q)
+    samples: dict[str, list[float]] = {name: [] for name in searches}
+    for _ in range(repeats):
+        for name, search in searches.items():
+            for q in queries:
+                start = time.perf_counter()
+                search(q)
+                samples[name].append((time.perf_counter() - start) * 1000)
+    return samples
+
+
+def _check_engines(engines: Mapping[str, QueryEngine], tenant_id: str) -> int:
+    """Both engines must share the dense index and chunk store and hold the same chunk count
+    in their BM25 backends, or the comparison would not be on the same corpus."""
+    first, second = (engines[name] for name in BACKENDS)
+    if first.dense is not second.dense or first.chunks is not second.chunks:
+        raise InvalidInput("both engines must share one dense index and one chunk store")
+    counts = {name: engines[name].lexical.count(tenant_id) for name in BACKENDS}
+    if len(set(counts.values())) != 1:
+        raise InvalidInput(f"the BM25 backends hold different numbers of chunks: {counts}")
+    if not counts[BACKENDS[0]]:
+        raise InvalidInput(f"the BM25 backends hold no chunks of tenant {tenant_id!r}")
+    return counts[BACKENDS[0]]
+
+
+def _bm25_search(index: LexicalIndex, top_k: int, tenant_id: str, query: str) -> object:
+    return index.search(query, top_k, tenant_id)
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return round(a / b, 3) if b > 0 else None
+
+
+def run_bm25_bench(
+    collection: Collection,
+    tantivy: QueryEngine,
+    elasticsearch: QueryEngine,
+    tenant_id: str = DEFAULT_TENANT,
+    top_k: int = 100,
+    hybrid_k: int = 10,
+    repeats: int = 3,
+) -> dict[str, Any]:
+    """Measure both BM25 backends alone and inside hybrid retrieval on an ingested collection.
+
+    BM25 latency is one `lexical.search(query, top_k)` call; hybrid latency is one whole
+    `QueryEngine.search(k=hybrid_k, mode="hybrid")` (embed, both legs, fusion, chunk fetch; no
+    rerank). nDCG@10 comes from `evaluate` (k=100, chunk hits collapsed to documents).
+    """
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise InvalidInput(f"repeats must be an integer >= 1, got {repeats!r}")
+    engines = {"tantivy": tantivy, "elasticsearch": elasticsearch}
+    chunks = _check_engines(engines, tenant_id)
+    judged = collection.judged_queries()
+    texts = [collection.queries[qid].text for qid in judged]
+
+    bm25 = {name: partial(_bm25_search, e.lexical, top_k, tenant_id) for name, e in engines.items()}
+    bm25_ms = time_searches(bm25, texts, repeats)
+    lexical_stage_ms: dict[str, list[float]] = {name: [] for name in engines}
+
+    def hybrid(name: str, engine: QueryEngine) -> Callable[[str], object]:
+        def search(query: str) -> object:
+            result = engine.search(tenant_id, query, k=hybrid_k, mode="hybrid", rerank=False)
+            lexical_stage_ms[name].append(result.timings_ms["lexical"])
+            return result
+
+        return search
+
+    hybrid_ms = time_searches({n: hybrid(n, e) for n, e in engines.items()}, texts, repeats)
+
+    out: dict[str, Any] = {
+        "collection": collection.name,
+        "documents": len(collection.corpus),
+        "chunks": chunks,
+        "queries": len(judged),
+        "tenant": tenant_id,
+        "top_k": top_k,
+        "hybrid_k": hybrid_k,
+        "repeats": repeats,
+        "bm25": {},
+        "hybrid": {},
+    }
+    for name, engine in engines.items():
+
+        def search(tenant: str, query: str, k: int, leg: str, e: QueryEngine = engine) -> Any:
+            result = e.search(tenant, query, k=k, mode=_LEG_MODES[leg], rerank=False)
+            return [(h.chunk.chunk_id, h.chunk.doc_id) for h in result.hits]
+
+        report = evaluate(
+            collection,
+            search,
+            legs=("bm25", "hybrid"),
+            k=100,
+            metrics=("ndcg@10",),
+            default_tenant=tenant_id,
+        )
+        out["bm25"][name] = {
+            **percentiles(bm25_ms[name]),
+            "ndcg@10": round(report.legs["bm25"].means["ndcg@10"], 4),
+        }
+        # The lexical stage as timed inside the query path (also counts the warm-up pass).
+        out["hybrid"][name] = {
+            **percentiles(hybrid_ms[name]),
+            "lexical_stage_p50_ms": round(float(np.median(lexical_stage_ms[name])), 3),
+            "ndcg@10": round(report.legs["hybrid"].means["ndcg@10"], 4),
+        }
+    diff = abs(out["bm25"]["elasticsearch"]["ndcg@10"] - out["bm25"]["tantivy"]["ndcg@10"])
+    out["bm25_ndcg@10_abs_diff"] = round(diff, 4)
+    out["bm25_ndcg@10_within_0.01"] = diff < NDCG_TOLERANCE
+    out["elasticsearch_over_tantivy"] = {
+        f"{leg}_{stat}": _ratio(
+            out[leg]["elasticsearch"][f"{stat}_ms"], out[leg]["tantivy"][f"{stat}_ms"]
+        )
+        for leg in ("bm25", "hybrid")
+        for stat in ("p50", "p99")
+    }
+    return out
+
+
+def bm25_table(result: Mapping[str, Any]) -> str:
+    """A fixed-width table of a `run_bm25_bench` result: one row per (leg, backend)."""
+    header = ["leg", "backend", "p50 ms", "p99 ms", "nDCG@10"]
+    rows = [
+        [
+            leg if leg == "bm25" else f"hybrid k={result['hybrid_k']}",
+            name,
+            f"{result[leg][name]['p50_ms']:.3f}",
+            f"{result[leg][name]['p99_ms']:.3f}",
+            f"{result[leg][name]['ndcg@10']:.4f}",
+        ]
+        for leg in ("bm25", "hybrid")
+        for name in BACKENDS
+    ]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines = [
+        "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+        for r in [header, *rows]
+    ]
+    ratios = ", ".join(
+        f"{k} {v:.2f}x" if v is not None else f"{k} n/a"
+        for k, v in result["elasticsearch_over_tantivy"].items()
+    )
+    return "\n".join(
+        [
+            f"{result['collection']}: {result['documents']} documents, {result['chunks']} chunks,"
+            f" {result['queries']} queries x {result['repeats']}; BM25 top-{result['top_k']}",
+            *lines,
+            f"BM25 nDCG@10 |ES - tantivy| = {result['bm25_ndcg@10_abs_diff']:.4f}"
+            f" ({'within' if result['bm25_ndcg@10_within_0.01'] else 'NOT within'} 0.01)",
+            f"Elasticsearch / tantivy: {ratios}",
+        ]
+    )
