@@ -4,6 +4,7 @@ API server the same way pydantic enforces the model (types, bounds, enums, cross
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -374,3 +375,41 @@ def test_vendored_crds_enforce_their_schema(kube_cluster, kube_namespace) -> Non
         check=False,
     )
     assert proc.returncode != 0 and "spec.nodeSets[0].count" in proc.stderr
+
+
+@pytest.mark.kubernetes
+def test_children_owned_by_a_ragindex_are_garbage_collected(kube_cluster, kube_namespace) -> None:
+    """The operator relies on owner references: the harness runs the garbage collector."""
+    ns = kube_namespace
+    kube_cluster.kubectl("apply", "--server-side", "-f", "-", input=_ragindex("gc", ns, {}))
+    uid = kube_cluster.kubectl(
+        "get", "ragx", "gc", "-n", ns, "-o", "jsonpath={.metadata.uid}"
+    ).stdout
+    child = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": "gc-child",
+            "namespace": ns,
+            "ownerReferences": [
+                {
+                    "apiVersion": "ragindex.dev/v1alpha1",
+                    "kind": "RagIndex",
+                    "name": "gc",
+                    "uid": uid,
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "data": {"k": "v"},
+    }
+    kube_cluster.kubectl("apply", "--server-side", "-f", "-", input=json.dumps(child))
+    kube_cluster.kubectl("delete", "ragx", "gc", "-n", ns, "--wait=true", "--timeout=60s")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        got = kube_cluster.kubectl("get", "configmap", "gc-child", "-n", ns, check=False)
+        if got.returncode != 0 and "NotFound" in got.stderr:
+            return
+        time.sleep(0.5)
+    pytest.fail("the owned ConfigMap outlived its RagIndex by 60 s")
