@@ -24,6 +24,9 @@ fi
 
 command -v go >/dev/null || { echo "build_k8s.sh: 'go' not found on PATH (Go >= 1.26 needed)" >&2; exit 2; }
 mkdir -p "$BIN" "$ROOT/src"
+# One build at a time (parallel test sessions may all find the binaries missing).
+exec 9>"$ROOT/.build.lock"
+flock 9
 export GOMODCACHE="${GOMODCACHE_OVERRIDE:-$CACHE/go/mod}"
 export GOCACHE="${GOCACHE_OVERRIDE:-$CACHE/go/build}"
 export GOFLAGS="-trimpath -buildvcs=false -mod=mod"
