@@ -4,6 +4,7 @@ installs into the real test API server (no kubelet: the API objects are what is 
 from __future__ import annotations
 
 import json
+import tomllib
 import uuid
 from pathlib import Path
 from typing import Any
@@ -209,3 +210,26 @@ def test_prod_install_with_peering(kube_cluster) -> None:
     finally:
         kube_cluster.helm("uninstall", "riop", "--namespace", namespace)
         kube_cluster.kubectl("delete", "namespace", namespace, "--wait=false")
+
+
+# --- the images the chart and the operator refer to (Docker cannot run here) -------------
+
+DOCKER = CHART.parents[1] / "docker"
+
+
+@pytest.mark.parametrize("dockerfile", ["operator.Dockerfile", "ray.Dockerfile"])
+def test_dockerfiles_copy_every_package_folder(dockerfile: str) -> None:
+    """setuptools refuses to build ragindex if a folder named in package-dir is missing."""
+    pyproject = tomllib.loads((CHART.parents[1] / "pyproject.toml").read_text())
+    folders = set(pyproject["tool"]["setuptools"]["package-dir"].values())
+    text = (DOCKER / dockerfile).read_text()
+    copied = {line.split()[-2].rstrip("/") for line in text.splitlines() if line.startswith("COPY")}
+    assert folders <= copied, folders - copied
+
+
+def test_operator_image_installs_no_heavy_dependency() -> None:
+    text = (DOCKER / "operator.Dockerfile").read_text()
+    install = text[text.index("RUN pip install") : text.index("COPY ragindex/")]
+    for heavy in ("torch", "faiss", "ray", "sentence-transformers", "FlagEmbedding"):
+        assert heavy not in install
+    assert "--no-deps" in text and "USER 65532" in text
