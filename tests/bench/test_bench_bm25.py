@@ -1,0 +1,135 @@
+"""The BM25/hybrid benchmark runner on a tiny corpus: report shape, consistency, input checks.
+
+Both engines here use tantivy (one filled by the ingest pipeline, one copied from the chunk
+store), so every quality figure must agree exactly; the Elasticsearch run is in
+test_bench_cli.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ragindex.app.engine import LocalEngine
+from ragindex.config import RagIndexSpec
+from ragindex.errors import InvalidInput
+from ragindex.evals.bench_bm25 import (
+    bm25_table,
+    copy_chunks,
+    percentiles,
+    run_bm25_bench,
+    with_synthetic,
+)
+from ragindex.evals.collections import Collection
+from ragindex.evals.runner import DEFAULT_TENANT, ingest_collection
+from ragindex.lexical import TantivyIndex
+from ragindex.lexical.analysis import analyze
+from ragindex.protocols import Embedder
+from ragindex.router.query import QueryEngine
+
+
+@pytest.fixture
+def engine(tmp_path: Path, tiny: Collection, minilm: Embedder) -> Iterator[LocalEngine]:
+    eng = LocalEngine.open(tmp_path / "engine", RagIndexSpec(), embedder=minilm)
+    ingest_collection(tiny, eng.ingest.upsert)
+    yield eng
+    eng.close()
+
+
+def engine_with(engine: LocalEngine, lexical: TantivyIndex) -> QueryEngine:
+    spec = engine.spec
+    return QueryEngine(
+        engine.embedder, engine.dense, lexical, engine.store, spec.fusion, spec.lexical
+    )
+
+
+@pytest.fixture
+def copied(engine: LocalEngine, tmp_path: Path) -> Iterator[TantivyIndex]:
+    index = TantivyIndex.open(tmp_path / "copy")
+    yield index
+    index.close()
+
+
+def test_copy_chunks_fills_a_backend_with_what_the_pipeline_wrote(
+    engine: LocalEngine, copied: TantivyIndex
+) -> None:
+    copied_n = copy_chunks(engine.store, DEFAULT_TENANT, copied)
+    assert copied_n == engine.store.count(DEFAULT_TENANT) == 6  # the empty document is skipped
+    assert copied.count(DEFAULT_TENANT) == engine.lexical.count(DEFAULT_TENANT) == 6
+    for query in ["shock wave", "boundary layer", "shells"]:
+        assert copied.search(query, 10, DEFAULT_TENANT) == engine.lexical.search(
+            query, 10, DEFAULT_TENANT
+        )
+
+
+def test_report_has_both_legs_on_both_backends(
+    engine: LocalEngine, copied: TantivyIndex, tiny: Collection
+) -> None:
+    copy_chunks(engine.store, DEFAULT_TENANT, copied)
+    result = run_bm25_bench(tiny, engine.query, engine_with(engine, copied), repeats=2)
+    assert (result["documents"], result["chunks"], result["queries"]) == (7, 6, 3)
+    for leg in ("bm25", "hybrid"):
+        assert set(result[leg]) == {"tantivy", "elasticsearch"}
+        for row in result[leg].values():
+            assert row["searches"] == 3 * 2
+            assert 0 < row["p50_ms"] <= row["p99_ms"]
+            assert 0 < row["ndcg@10"] <= 1
+        assert result[leg]["tantivy"]["ndcg@10"] == result[leg]["elasticsearch"]["ndcg@10"]
+    assert result["hybrid"]["tantivy"]["lexical_stage_p50_ms"] > 0
+    assert result["bm25_ndcg@10_abs_diff"] == 0 and result["bm25_ndcg@10_within_0.01"]
+    assert set(result["elasticsearch_over_tantivy"]) == {
+        "bm25_p50",
+        "bm25_p99",
+        "hybrid_p50",
+        "hybrid_p99",
+    }
+    table = bm25_table(result)
+    assert "hybrid k=10  elasticsearch" in table and "within 0.01" in table
+
+
+def test_backends_holding_different_chunks_are_refused(
+    engine: LocalEngine, copied: TantivyIndex, tiny: Collection
+) -> None:
+    with pytest.raises(InvalidInput, match="different numbers of chunks"):
+        run_bm25_bench(tiny, engine.query, engine_with(engine, copied))
+    copy_chunks(engine.store, DEFAULT_TENANT, copied)
+    with pytest.raises(InvalidInput, match="no chunks of tenant 'other'"):
+        run_bm25_bench(tiny, engine.query, engine_with(engine, copied), tenant_id="other")
+    with pytest.raises(InvalidInput, match="repeats"):
+        run_bm25_bench(tiny, engine.query, engine_with(engine, copied), repeats=0)
+
+
+def test_engines_must_share_the_dense_index_and_store(
+    engine: LocalEngine, copied: TantivyIndex, tiny: Collection, tmp_path: Path, minilm: Embedder
+) -> None:
+    copy_chunks(engine.store, DEFAULT_TENANT, copied)
+    other = LocalEngine.open(tmp_path / "other", RagIndexSpec(), embedder=minilm)
+    try:
+        with pytest.raises(InvalidInput, match="share one dense index"):
+            run_bm25_bench(tiny, engine.query, other.query)
+    finally:
+        other.close()
+
+
+def test_synthetic_documents_come_from_the_collections_vocabulary(tiny: Collection) -> None:
+    grown = with_synthetic(tiny, 5, seed=1)
+    assert grown.name == "tiny-syn5"
+    assert len(grown.corpus) == len(tiny.corpus) + 5
+    assert (grown.queries, grown.qrels) == (tiny.queries, tiny.qrels)
+    vocabulary = {t for d in tiny.corpus.values() for t in analyze(f"{d.title} {d.text}")}
+    for i in range(5):
+        words = grown.corpus[f"syn{i}"].text.split()
+        assert 40 <= len(words) <= 160 and set(words) <= vocabulary
+    assert with_synthetic(tiny, 5, seed=1) == grown
+    assert with_synthetic(tiny, 0) is tiny
+    for bad in (-1, 1.5, True):
+        with pytest.raises(InvalidInput, match="synthetic"):
+            with_synthetic(tiny, bad)
+
+
+def test_percentiles() -> None:
+    assert percentiles([1.0, 2.0, 3.0]) == {"p50_ms": 2.0, "p99_ms": 2.98, "searches": 3}
+    with pytest.raises(InvalidInput):
+        percentiles([])

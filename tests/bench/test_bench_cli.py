@@ -1,0 +1,49 @@
+"""The bench commands: the JSON they write (shape and run description), on small inputs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from ragindex.app.bench_cli import bench_filtered_command, bm25_bench
+from ragindex.config import RagIndexSpec
+from ragindex.evals.bench_bm25 import bm25_table
+from ragindex.evals.collections import Collection
+from ragindex.lexical.es_server import EsServer
+
+
+def test_filtered_command_writes_shares_and_what_it_ran_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out" / "filtered.json"
+    assert bench_filtered_command(argparse.Namespace(vectors=2000, json=out)) == 0
+    data = json.loads(out.read_text())
+    assert list(data) == ["0.001", "0.01", "0.1", "0.5", "run"]
+    assert data["0.001"]["vectors"] == 2 and data["0.5"]["vectors"] == 1000
+    for share in ("0.001", "0.01", "0.1", "0.5"):
+        assert 0 <= data[share]["recall@10"] <= 1 and data[share]["p50_ms"] > 0
+    run = data["run"]
+    assert (run["vectors"], run["dim"], run["queries"]) == (2000, 384, 200)
+    assert run["cores"] >= 1 and run["faiss_threads"] >= 1 and "OMP_NUM_THREADS" in run
+    printed = capsys.readouterr().out
+    assert "recall@10" in printed and "0.001" in printed
+
+
+@pytest.mark.elasticsearch
+@pytest.mark.slow
+def test_bm25_bench_on_a_real_elasticsearch(
+    tmp_path: Path, tiny: Collection, es_server: EsServer
+) -> None:
+    result = bm25_bench(tiny, tmp_path / "engine", es_server.url, RagIndexSpec(), repeats=1)
+    assert result["chunks"] == 6 and result["queries"] == 3
+    for leg in ("bm25", "hybrid"):
+        for backend in ("tantivy", "elasticsearch"):
+            assert result[leg][backend]["searches"] == 3
+    assert result["bm25_ndcg@10_abs_diff"] < 0.01
+    assert result["hybrid"]["elasticsearch"]["ndcg@10"] == pytest.approx(
+        result["hybrid"]["tantivy"]["ndcg@10"], abs=0.01
+    )
+    assert "elasticsearch" in bm25_table(result)
