@@ -89,6 +89,10 @@ def validate_spec(name: str, raw: Any, runtime: Runtime) -> RagIndexSpec:
             "a managed Elasticsearch needs the cluster runtime: set lexical.elasticsearchUrl"
             " or lexical.backend 'embedded' for the local runtime"
         )
+    if runtime == "cluster":
+        # A dry render (pure): whatever render refuses (e.g. storageSize) is refused here,
+        # before anything is applied.
+        render(name, "default", spec)
     return spec
 
 
@@ -325,12 +329,18 @@ class RagIndexOperator:
         await self.serve.remove(local_runtime.app_name(_namespaced(namespace), name))
 
 
+def _login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+
+
 def register(
     options: OperatorOptions, registry: kopf.OperatorRegistry | None = None
 ) -> kopf.OperatorRegistry:
     """Register the RagIndex handlers, bound to `options`, on a (new) registry."""
     reg = registry if registry is not None else kopf.OperatorRegistry()
     op = RagIndexOperator(options)
+    # A fresh registry has no login handler: in-cluster service account first, else kubeconfig.
+    kopf.on.login(registry=reg)(_login)
     kopf.on.startup(registry=reg)(op.startup)
     kopf.on.cleanup(registry=reg)(op.cleanup)
     for on in (kopf.on.create, kopf.on.update, kopf.on.resume):

@@ -167,6 +167,8 @@ def test_validate_spec_messages() -> None:
     assert validate_spec("idx", managed, "cluster").lexical.backend == "elasticsearch"
     with pytest.raises(InvalidInput, match="cluster runtime"):
         validate_spec("idx", managed, "local")
+    with pytest.raises(InvalidInput, match="storageSize"):
+        validate_spec("idx", {"storageSize": "1.5Gi"}, "cluster")
 
 
 def app(name: str, route: str) -> dict[str, Any]:
