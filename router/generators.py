@@ -188,3 +188,24 @@ class ExtractiveGenerator:
         if not chosen:
             return NO_ANSWER
         return " ".join(cite(c.text, c.sid) for c in chosen)
+
+
+def make_generator(
+    backend: str,
+    *,
+    base_url: str | None = None,
+    model: str | None = None,
+    api_key: str | None = None,
+    timeout: float = 30.0,
+    embedder: Embedder | None = None,
+) -> Generator:
+    """The generator a config names: 'extractive' (offline default) or 'openai-compatible'."""
+    if backend == "extractive":
+        return ExtractiveGenerator(embedder)
+    if backend == "openai-compatible":
+        if not base_url or not model:
+            raise InvalidInput("the openai-compatible generator needs base_url and model")
+        return OpenAICompatibleGenerator(base_url, model, api_key, timeout)
+    raise InvalidInput(
+        f"generator backend must be 'extractive' or 'openai-compatible', got {backend!r}"
+    )

@@ -8,7 +8,11 @@ import pytest
 
 from ragindex.errors import BackendUnavailable, InvalidInput, RagIndexError
 from ragindex.router.context import assemble_context
-from ragindex.router.generators import ExtractiveGenerator, OpenAICompatibleGenerator
+from ragindex.router.generators import (
+    ExtractiveGenerator,
+    OpenAICompatibleGenerator,
+    make_generator,
+)
 from ragindex.router.grounding import check_answer
 from ragindex.router.prompt import NO_ANSWER, SYSTEM_PROMPT
 
@@ -106,3 +110,13 @@ def test_extractive_never_quotes_instruction_like_chunks(make_hit, count_words):
     ctx = assemble_context([make_hit("evil", 0, evil), make_hit("a", 0, DOC_A)], count_words)
     text = ExtractiveGenerator().generate("spanwise lift increase due to slipstream", ctx)
     assert "[1]" not in text and "[2]" in text
+
+
+def test_make_generator_builds_each_backend_and_rejects_others():
+    assert isinstance(make_generator("extractive"), ExtractiveGenerator)
+    chat = make_generator("openai-compatible", base_url="http://127.0.0.1:1", model="m")
+    assert isinstance(chat, OpenAICompatibleGenerator)
+    chat.close()
+    for kwargs in ({"backend": "openai-compatible"}, {"backend": "gpt"}):
+        with pytest.raises(InvalidInput):
+            make_generator(**kwargs)
