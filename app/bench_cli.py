@@ -2,8 +2,8 @@
 
 The JSON says what the numbers were measured on (cores, thread settings), since figures from a
 2-core box shared with other work mean little without it. The BM25 benchmark composes the
-parts here (the app layer may import the engine; evals may not): it reuses the cached index of
-`ragindex eval` for the collection, so Cranfield is embedded once across runs, and starts a
+parts here (the app layer may import the engine; evals may not): it keeps a cached index
+keyed like `ragindex eval`'s, so Cranfield is embedded once across runs, and starts a
 throwaway local Elasticsearch filled from that index's chunk store.
 """
 
@@ -14,11 +14,12 @@ import json
 import os
 import sys
 from collections.abc import Mapping
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 from ragindex.app.engine import LocalEngine
-from ragindex.app.eval_cli import eval_data_dir
+from ragindex.app.eval_cli import cache_dir, eval_data_dir
 from ragindex.app.loading import cranfield_dir
 from ragindex.config import RagIndexSpec
 from ragindex.evals.bench_bm25 import bm25_table, copy_chunks, run_bm25_bench, with_synthetic
@@ -89,39 +90,40 @@ def bench_filtered_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def bench_data_dir(collection: Collection, spec: RagIndexSpec) -> Path:
+    """The benchmark's own cached index (keyed like `ragindex eval`'s, but not shared with it,
+    so a running eval never holds the shard locks the benchmark needs)."""
+    return cache_dir() / "bench-bm25" / eval_data_dir(collection, spec).name
+
+
 def bm25_bench(
     collection: Collection,
     data_dir: Path,
-    es_url: str,
     spec: RagIndexSpec | None = None,
+    es_url: str | None = None,
     repeats: int = 3,
 ) -> dict[str, Any]:
     """Ingest the collection once (incrementally) into the engine at data_dir, copy its chunks
-    into a fresh Elasticsearch alias, and measure both backends with the same dense index and
-    chunk store."""
+    into a fresh Elasticsearch alias (on es_url, or on a local server started after the ingest),
+    and measure both backends with the same dense index and chunk store."""
     spec = spec or RagIndexSpec()
-    engine = LocalEngine.open(data_dir, spec)
-    try:
+    with ExitStack() as stack:
+        engine = LocalEngine.open(data_dir, spec)
+        stack.callback(engine.close)
         print(f"ingesting {collection.name} into {data_dir} ...", file=sys.stderr, flush=True)
         ingest_collection(collection, engine.ingest.upsert)
-        es = ElasticsearchIndex.open(es_url, BENCH_ALIAS, timeout_s=ES_BENCH_TIMEOUT_S)
-        try:
-            copy_chunks(engine.store, DEFAULT_TENANT, es)
-            es_engine = QueryEngine(
-                engine.embedder,
-                engine.dense,
-                es,
-                engine.store,
-                fusion=spec.fusion,
-                lexical_spec=spec.lexical,
-            )
-            print("measuring ...", file=sys.stderr, flush=True)
-            return run_bm25_bench(collection, engine.query, es_engine, repeats=repeats)
-        finally:
-            es.drop()
-            es.close()
-    finally:
-        engine.close()
+        url = es_url or stack.enter_context(running_elasticsearch()).url
+        es = ElasticsearchIndex.open(url, BENCH_ALIAS, timeout_s=ES_BENCH_TIMEOUT_S)
+        stack.callback(es.close)
+        stack.callback(es.drop)
+        copy_chunks(engine.store, DEFAULT_TENANT, es)
+        es_engine = QueryEngine(
+            engine.embedder, engine.dense, es, engine.store, spec.fusion, spec.lexical
+        )
+        print("measuring ...", file=sys.stderr, flush=True)
+        result = run_bm25_bench(collection, engine.query, es_engine, repeats=repeats)
+    result["run"] = {"elasticsearch": ES_VERSION, **machine()}
+    return result
 
 
 def bench_bm25_command(args: argparse.Namespace) -> int:
@@ -129,9 +131,7 @@ def bench_bm25_command(args: argparse.Namespace) -> int:
     `args.synthetic` generated documents when the parser offers that option)."""
     collection = with_synthetic(load_cranfield(cranfield_dir()), getattr(args, "synthetic", 0))
     spec = RagIndexSpec()
-    with running_elasticsearch() as server:
-        result = bm25_bench(collection, eval_data_dir(collection, spec), server.url)
-    result["run"] = {"elasticsearch": ES_VERSION, **machine()}
+    result = bm25_bench(collection, bench_data_dir(collection, spec), spec)
     print(bm25_table(result))
     write_json(args.json, result)
     return 0
