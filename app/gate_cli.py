@@ -1,0 +1,658 @@
+"""`ragindex bench suite`, `ragindex gate [--update-baseline]`, `ragindex docs`.
+
+Composition only: the runners live in ragindex.evals.bench_suite (dense curve, stage latency,
+ingest, freshness, Elasticsearch kNN), ragindex.shards.bench (filtered recall),
+ragindex.app.bench_cli (BM25 on Elasticsearch vs tantivy) and ragindex.app.bench_serve (HTTP
+vs in-process); the gate's decision is ragindex.evals.gate.compare. Cranfield is served from
+`ragindex eval`'s cached index, so a warm gate re-embeds nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import ragindex.evals
+from ragindex.app.engine import LocalEngine
+from ragindex.app.eval_cli import eval_data_dir, resolve_collection, run_eval
+from ragindex.config import RagIndexSpec
+from ragindex.errors import InvalidInput
+from ragindex.evals import bench_suite as bs
+from ragindex.evals.collections import Collection
+from ragindex.evals.gate import Tolerances, check_measurement, compare, gate_table
+from ragindex.evals.runner import DEFAULT_TENANT
+from ragindex.shards.replica import ShardReplica
+from ragindex.shards.sharded import shard_dir
+
+DEFAULT_BASELINE = Path(ragindex.evals.__file__).parent / "baseline.json"
+REPO = Path(__file__).resolve().parents[1]
+DOCS_DIR = REPO / "docs"
+DEFAULT_SUITE_JSON = DOCS_DIR / "benchmarks.json"
+GATED_METRICS = ("ndcg@10", "recall@100")
+GATE_ANN_VECTORS = 10_000
+GATE_REPEATS = 2
+SUITE_QUERIES = 200
+INGEST_DOCS = 64
+
+
+# --------------------------------------------------------------------------- gate
+
+
+def gate_measure(
+    collection: Collection,
+    spec: RagIndexSpec,
+    data_dir: Path,
+    legs: Sequence[str] | None = None,
+    ann_vectors: int = GATE_ANN_VECTORS,
+    repeats: int = GATE_REPEATS,
+) -> dict[str, Any]:
+    """Quality per leg on the collection (nDCG@10, recall@100), the spec's HNSW recall@10 vs
+    exact, and latency ratios measured in this run. `legs` limits the legs reported (a leg
+    left out is a disabled leg, which the gate fails)."""
+    bs.set_threads(1)
+    started = time.perf_counter()
+    engine, payload, _ = run_eval(collection, spec, data_dir)
+    try:
+        measured = [leg for leg in ("bm25", "dense", "hybrid", "rerank") if leg in payload]
+        unknown = set(legs or ()) - set(measured)
+        if unknown:
+            raise InvalidInput(f"legs {sorted(unknown)} are not measured; choose from {measured}")
+        quality = {
+            leg: {m: round(payload[leg][m], 4) for m in GATED_METRICS}
+            for leg in measured
+            if legs is None or leg in legs
+        }
+        texts = [collection.queries[q].text for q in collection.judged_queries()]
+        query = engine.query
+        hybrid_over_dense = bs.paired_ratio(
+            lambda q: query.search(DEFAULT_TENANT, q, k=10, mode="hybrid", rerank=False),
+            lambda q: query.search(DEFAULT_TENANT, q, k=10, mode="dense", rerank=False),
+            texts,
+            repeats=repeats,
+        )
+    finally:
+        engine.close()
+    ann = bs.ann_check(spec.dense, vectors=ann_vectors)
+    quality["ann"] = {"recall@10": ann["recall@10"]}
+    return {
+        "quality": quality,
+        "latency_ratios": {
+            "hybrid_over_dense_p50": hybrid_over_dense["ratio"],
+            "hnsw_over_exact_p50": ann["hnsw_over_exact_p50"]["ratio"],
+        },
+        "details": {
+            "hybrid_over_dense_p50": hybrid_over_dense,
+            "hnsw_over_exact_p50": ann["hnsw_over_exact_p50"],
+        },
+        "settings": {
+            "collection": collection.name,
+            "documents": payload["documents"],
+            "queries": len(texts),
+            "ann_vectors": ann_vectors,
+            "repeats": repeats,
+            "spec": spec.model_dump(mode="json", by_alias=True),
+        },
+        "seconds": round(time.perf_counter() - started, 1),
+        "run": bs.environment(),
+    }
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise InvalidInput(f"{path} does not exist") from None
+    except json.JSONDecodeError as err:
+        raise InvalidInput(f"{path} is not valid JSON: {err}") from None
+    if not isinstance(data, dict):
+        raise InvalidInput(f"{path} must hold a JSON object")
+    return data
+
+
+def write_json(path: Path, payload: Mapping[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(payload, indent=2) + "\n")
+    tmp.replace(path)
+    print(f"wrote {path}", file=sys.stderr)
+
+
+def _gate_inputs(args: argparse.Namespace) -> tuple[Collection, RagIndexSpec, Path]:
+    from ragindex.app.engine import load_spec
+
+    spec = load_spec(getattr(args, "spec", None))
+    collection = resolve_collection(getattr(args, "collection", None) or "cranfield")
+    data_dir = getattr(args, "data_dir", None) or eval_data_dir(collection, spec)
+    return collection, spec, data_dir
+
+
+def gate_command(args: argparse.Namespace) -> int:
+    """Replay the gate's measurements and compare with the baseline: 0 passes, 1 fails."""
+    if getattr(args, "update_baseline", False):
+        return gate_update_command(args)
+    baseline_path = Path(getattr(args, "baseline", None) or DEFAULT_BASELINE)
+    baseline = read_json(baseline_path)
+    check_measurement(baseline, f"baseline {baseline_path}")
+    settings = baseline.get("settings", {})
+    collection, spec, data_dir = _gate_inputs(args)
+    current = gate_measure(
+        collection,
+        spec,
+        data_dir,
+        legs=getattr(args, "legs", None),
+        ann_vectors=int(settings.get("ann_vectors", GATE_ANN_VECTORS)),
+        repeats=int(settings.get("repeats", GATE_REPEATS)),
+    )
+    if getattr(args, "json", None):
+        write_json(args.json, current)
+    violations = compare(baseline, current, Tolerances())
+    print(gate_table(baseline, current))
+    print(f"measured in {current['seconds']} s")
+    if violations:
+        print(f"GATE FAILED against {baseline_path}:")
+        for v in violations:
+            print(f"  - {v.message()}")
+        return 1
+    print(f"gate passed against {baseline_path}")
+    return 0
+
+
+def gate_update_command(args: argparse.Namespace) -> int:
+    """Measure and rewrite the baseline (explicit, so the change shows in review)."""
+    baseline_path = Path(getattr(args, "baseline", None) or DEFAULT_BASELINE)
+    collection, spec, data_dir = _gate_inputs(args)
+    current = gate_measure(collection, spec, data_dir, legs=getattr(args, "legs", None))
+    if baseline_path.exists():
+        old = read_json(baseline_path)
+        print(gate_table(old, current))
+    write_json(baseline_path, current)
+    return 0
+
+
+# --------------------------------------------------------------------------- suite
+
+
+def _section(out: dict[str, Any], name: str, run: Callable[[], Any]) -> None:
+    """Run one benchmark; a failure is recorded in the JSON instead of losing the others."""
+    print(f"[suite] {name} ...", file=sys.stderr, flush=True)
+    started = time.perf_counter()
+    try:
+        out[name] = run()
+    except Exception as err:  # a benchmark that fails must not hide the others' numbers
+        traceback.print_exc()
+        out[name] = {"error": f"{type(err).__name__}: {err}"}
+    print(f"[suite] {name} done in {time.perf_counter() - started:.0f} s", file=sys.stderr)
+
+
+def _query_path(collection: Collection, spec: RagIndexSpec) -> dict[str, Any]:
+    """Stage latency on Cranfield (cached eval index), each dense shard alone, then ingest
+    throughput and freshness into a fresh index with the same embedder."""
+    data_dir = eval_data_dir(collection, spec)
+    engine, _, _ = run_eval(collection, spec, data_dir)
+    try:
+        engine.dense.save()
+        identity = engine.embedder.identity
+        replicas = {
+            f"shard-{i:03d}": ShardReplica(shard_dir(engine.dense.root, i))
+            for i in range(engine.dense.num_shards)
+        }
+        shard_search = {
+            name: (lambda v, k, r=r: r.search(v, k, DEFAULT_TENANT, identity))
+            for name, r in replicas.items()
+        }
+        texts = [collection.queries[q].text for q in collection.judged_queries()]
+        stages = bs.stage_latency(engine.query, DEFAULT_TENANT, texts, shard_search)
+        stages["chunks"] = engine.dense.count(DEFAULT_TENANT)
+        docs = [d.to_document(collection.name) for d in collection.corpus.values() if d.text]
+        with tempfile.TemporaryDirectory(prefix="ragindex-suite-ingest-") as tmp:
+            fresh = LocalEngine.open(Path(tmp), spec, embedder=engine.embedder)
+            try:
+                ingest = bs.ingest_throughput(fresh.ingest.upsert, "ingest", docs[:INGEST_DOCS])
+                freshness = bs.freshness(fresh.ingest.upsert, fresh.query, "ingest")
+            finally:
+                fresh.close()
+    finally:
+        engine.close()
+    return {"stages": stages, "ingest": ingest, "freshness": freshness}
+
+
+def _peers(
+    collection: Collection, spec: RagIndexSpec, vectors: Any, queries: Any, es_vectors: int
+) -> dict[str, Any]:
+    """Elasticsearch alone (BM25 via H's benchmark; dense_vector kNN on the same synthetic
+    vectors as ragindex's shards at the same size) in one server run."""
+    from ragindex.app.bench_cli import bm25_bench
+    from ragindex.lexical.es_server import ES_VERSION, running_elasticsearch
+
+    out: dict[str, Any] = {"elasticsearch_version": ES_VERSION}
+    sub = vectors[:es_vectors]
+    with running_elasticsearch() as server:
+        _section(
+            out,
+            "bm25",
+            lambda: bm25_bench(collection, eval_data_dir(collection, spec), server.url),
+        )
+        _section(
+            out, "es_knn", lambda: bs.es_knn_sweep(server.url, sub, queries, hnsw=spec.dense.hnsw)
+        )
+    _section(out, "ragindex_knn", lambda: bs.ef_sweep(sub, queries, spec.dense))
+    return out
+
+
+def peer_ratios(suite: Mapping[str, Any], target_recall: float = 0.95) -> dict[str, Any]:
+    """Ratios against the in-process floor and against Elasticsearch, from a suite result."""
+    out: dict[str, Any] = {}
+    peers = suite.get("peers", {})
+    bm25 = peers.get("bm25", {})
+    if "bm25" in bm25:
+        out["es_bm25_over_tantivy_p50"] = bm25["elasticsearch_over_tantivy"]["bm25_p50"]
+        out["hybrid_on_es_over_inprocess_p50"] = bm25["elasticsearch_over_tantivy"]["hybrid_p50"]
+    serve = suite.get("serve", {})
+    if "ratio_p50" in serve:
+        out["http_over_inprocess_p50"] = serve["ratio_p50"]
+    if "bm25" in bm25 and "http_p50_ms" in serve:
+        es_hybrid = bm25["hybrid"]["elasticsearch"]["p50_ms"]
+        out["http_hybrid_over_es_hybrid_p50"] = round(serve["http_p50_ms"] / es_hybrid, 3)
+    ours, theirs = peers.get("ragindex_knn", {}), peers.get("es_knn", {})
+    if "points" in ours and "points" in theirs:
+        a = _cheapest(ours["points"], target_recall)
+        b = _cheapest(theirs["points"], target_recall)
+        if a and b:
+            out[f"es_knn_over_ragindex_p50_at_recall_{target_recall}"] = round(
+                b["p50_ms"] / a["p50_ms"], 3
+            )
+    return out
+
+
+def _cheapest(points: Sequence[Mapping[str, Any]], recall: float) -> Mapping[str, Any] | None:
+    ok = [p for p in points if p["recall@10"] >= recall]
+    return min(ok, key=lambda p: p["p50_ms"]) if ok else None
+
+
+def bench_suite_command(args: argparse.Namespace) -> int:
+    """Every benchmark in one run: JSON, plots and a summary table."""
+    threads = int(getattr(args, "threads", None) or 1)
+    bs.set_threads(threads)
+    n = int(getattr(args, "vectors", None) or 100_000)
+    skip = set(getattr(args, "skip", None) or ())
+    spec = RagIndexSpec()
+    collection = resolve_collection("cranfield")
+    started = time.perf_counter()
+    suite: dict[str, Any] = {"run": {**bs.environment(), "threads": threads, "vectors": n}}
+    vectors, queries = bs.synthetic_vectors(n, SUITE_QUERIES)
+    _section(suite, "dense_curve", lambda: bs.ef_sweep(vectors, queries, spec.dense))
+    from ragindex.shards.bench import run_filtered_bench
+
+    _section(suite, "filtered", lambda: run_filtered_bench(vectors=n, queries=100))
+    _section(suite, "query_path", lambda: _query_path(collection, spec))
+    if "es" not in skip:
+        es_n = min(n, int(getattr(args, "es_vectors", None) or 20_000))
+        _section(suite, "peers", lambda: _peers(collection, spec, vectors, queries, es_n))
+    if "serve" not in skip:
+        from ragindex.app.bench_serve import run_bench_serve
+
+        chunks = int(getattr(args, "serve_chunks", None) or n)
+        _section(suite, "serve", lambda: run_bench_serve(chunks, None, 8011))
+    suite["ratios"] = peer_ratios(suite)
+    suite["run"]["seconds"] = round(time.perf_counter() - started, 1)
+    json_path = Path(getattr(args, "json", None) or DEFAULT_SUITE_JSON)
+    write_json(json_path, suite)
+    plots = Path(getattr(args, "plots", None) or DOCS_DIR / "img")
+    for path in render_plots(suite, plots):
+        print(f"wrote {path}", file=sys.stderr)
+    print(suite_summary(suite))
+    return 0
+
+
+# --------------------------------------------------------------------------- plots, docs
+
+
+def render_plots(suite: Mapping[str, Any], out_dir: Path) -> list[Path]:
+    """PNG plots of a suite result (matplotlib, Agg): one per benchmark that has numbers."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+
+    def save(fig: Any, name: str) -> None:
+        path = out_dir / name
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+
+    curves = []
+    dense = suite.get("dense_curve", {})
+    if "points" in dense:
+        curves.append((f"ragindex HNSW, {dense['vectors']:,} vectors", dense, "ef_search"))
+    peers = suite.get("peers", {})
+    for key, label, knob in (
+        ("ragindex_knn", "ragindex HNSW", "ef_search"),
+        ("es_knn", "Elasticsearch kNN", "num_candidates"),
+    ):
+        if "points" in peers.get(key, {}):
+            curves.append((f"{label}, {peers[key]['vectors']:,} vectors", peers[key], knob))
+    if curves:
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for label, data, knob in curves:
+            xs = [p["p50_ms"] for p in data["points"]]
+            ys = [p["recall@10"] for p in data["points"]]
+            ax.plot(xs, ys, marker="o", label=label)
+            for p, x, y in zip(data["points"], xs, ys, strict=True):
+                ax.annotate(
+                    str(p[knob]), (x, y), fontsize=7, xytext=(3, -9), textcoords="offset points"
+                )
+        if "exact" in dense:
+            ax.scatter(
+                [dense["exact"]["p50_ms"]], [1.0], marker="x", color="k", label="exact (flat)"
+            )
+        ax.set_xscale("log")
+        ax.set_xlabel("p50 latency per query, ms (log)")
+        ax.set_ylabel("recall@10 vs exact search")
+        ax.set_title("Dense recall vs latency (labels: efSearch / num_candidates)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+        save(fig, "dense_recall_latency.png")
+
+    filtered = {
+        k: v
+        for k, v in suite.get("filtered", {}).items()
+        if isinstance(v, dict) and "recall@10" in v
+    }
+    if filtered:
+        fig, ax = plt.subplots(figsize=(7, 4))
+        shares = list(filtered)
+        ax.bar(range(len(shares)), [filtered[s]["recall@10"] for s in shares], color="tab:blue")
+        ax.set_xticks(
+            range(len(shares)), [f"{float(s):.1%}\n{filtered[s]['search']}" for s in shares]
+        )
+        ax.set_ylim(0, 1.05)
+        ax.set_ylabel("recall@10 vs exact (bars)")
+        ax.set_xlabel("tenant share of the collection (search kind)")
+        ax2 = ax.twinx()
+        ax2.plot(range(len(shares)), [filtered[s]["p50_ms"] for s in shares], "o-", color="tab:red")
+        ax2.set_ylabel("p50 ms (line)", color="tab:red")
+        ax.set_title("Tenant-filtered dense search by tenant share")
+        save(fig, "filtered_recall.png")
+
+    stages = suite.get("query_path", {}).get("stages", {})
+    timed = {k: v["p50_ms"] for k, v in stages.items() if isinstance(v, dict) and "p50_ms" in v}
+    if timed:
+        fig, ax = plt.subplots(figsize=(7, 4))
+        names = list(timed)
+        ax.barh(names, [timed[k] for k in names], color="tab:green")
+        ax.invert_yaxis()
+        ax.set_xlabel("p50 ms")
+        ax.set_title(
+            f"Query path stages, hybrid k=10, Cranfield ({stages.get('chunks', '?')} chunks)"
+        )
+        save(fig, "query_stages.png")
+
+    bars = peer_bars(suite)
+    if bars:
+        fig, ax = plt.subplots(figsize=(7, 4))
+        names = list(bars)
+        ax.barh(names, [bars[k] for k in names], color="tab:purple")
+        ax.invert_yaxis()
+        ax.set_xscale("log")
+        ax.set_xlabel("p50 ms (log)")
+        ax.set_title("Peers side by side (p50 per query)")
+        save(fig, "peers.png")
+    return written
+
+
+def peer_bars(suite: Mapping[str, Any]) -> dict[str, float]:
+    """p50 latencies of each peer, by a readable label."""
+    out: dict[str, float] = {}
+    bm25 = suite.get("peers", {}).get("bm25", {})
+    if "bm25" in bm25:
+        for leg in ("bm25", "hybrid"):
+            for backend, label in (("tantivy", "in-process"), ("elasticsearch", "Elasticsearch")):
+                name = (
+                    f"{leg} top-{bm25['top_k']}"
+                    if leg == "bm25"
+                    else f"hybrid k={bm25['hybrid_k']}"
+                )
+                out[f"{name}, {label}"] = bm25[leg][backend]["p50_ms"]
+    serve = suite.get("serve", {})
+    if "http_p50_ms" in serve:
+        out[f"hybrid, in-process ({serve['chunks']:,} chunks)"] = serve["inproc_p50_ms"]
+        out[f"hybrid, ragindex HTTP ({serve['chunks']:,} chunks)"] = serve["http_p50_ms"]
+    return out
+
+
+def suite_summary(suite: Mapping[str, Any]) -> str:
+    """The headline numbers of a suite result as plain text lines."""
+    lines = []
+    dense = suite.get("dense_curve", {})
+    if "points" in dense:
+        pts = ", ".join(
+            f"ef {p['ef_search']}: {p['recall@10']:.3f} @ {p['p50_ms']:.3f} ms"
+            for p in dense["points"]
+        )
+        lines.append(
+            f"dense curve ({dense['vectors']:,} vectors): {pts};"
+            f" exact {dense['exact']['p50_ms']:.3f} ms"
+        )
+    for name, value in suite.get("ratios", {}).items():
+        lines.append(f"ratio {name}: {value}")
+    errors = [k for k, v in suite.items() if isinstance(v, dict) and "error" in v]
+    if errors:
+        lines.append(f"failed sections: {errors}")
+    return "\n".join(lines)
+
+
+def docs_command(args: argparse.Namespace) -> int:
+    """Regenerate docs/benchmarks.md (and its plots) from the last suite JSON."""
+    suite_path = Path(getattr(args, "suite", None) or DEFAULT_SUITE_JSON)
+    suite = read_json(suite_path)
+    out = Path(getattr(args, "out", None) or DOCS_DIR / "benchmarks.md")
+    img = out.parent / "img"
+    render_plots(suite, img)
+    baseline = read_json(DEFAULT_BASELINE) if DEFAULT_BASELINE.exists() else None
+    out.write_text(render_markdown(suite, baseline, suite_path, out.parent))
+    print(f"wrote {out}", file=sys.stderr)
+    return 0
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+
+
+def render_markdown(
+    suite: Mapping[str, Any],
+    baseline: Mapping[str, Any] | None,
+    suite_path: Path,
+    docs_dir: Path,
+) -> str:
+    """docs/benchmarks.md: what ran, on what, the curves and the ratios (generated)."""
+    run = suite.get("run", {})
+    rel = suite_path.resolve()
+    with_docs = (
+        rel.relative_to(docs_dir.resolve()) if rel.is_relative_to(docs_dir.resolve()) else rel
+    )
+    md = [
+        "# Benchmarks",
+        "",
+        "Generated by `ragindex docs` from the last `ragindex bench suite` run"
+        f" (`{with_docs}`); do not edit by hand. Regenerate with:",
+        "",
+        "```",
+        "ragindex bench suite --json docs/benchmarks.json --plots docs/img --vectors 100000",
+        "ragindex docs",
+        "```",
+        "",
+        f"Ran on {run.get('cores')} cores ({run.get('machine')}, Python {run.get('python')}),"
+        f" {run.get('threads')} FAISS/torch thread(s),"
+        f" OMP_NUM_THREADS={run.get('OMP_NUM_THREADS')},"
+        f" {run.get('seconds')} s in all. Versions: "
+        + ", ".join(f"{k} {v}" for k, v in run.get("versions", {}).items() if v)
+        + ". The box is shared with other work: compare ratios, not absolute times.",
+        "",
+    ]
+    dense = suite.get("dense_curve", {})
+    if "points" in dense:
+        md += [
+            "## Dense recall vs latency (efSearch sweep)",
+            "",
+            f"{dense['vectors']:,} synthetic clustered unit vectors (dim {dense['dim']}, topics"
+            " with subtopics and noise, like text embeddings), {shards} shards, HNSW forced"
+            " (exact_threshold 0), M {m}, efConstruction {efc}; {q} fresh queries; recall@10"
+            " against exact brute-force search on the same vectors; latency is one query fanned"
+            " out to every shard and merged."
+            " Build: {vps:,.0f} vectors/s (WAL + HNSW insert).".format(
+                shards=dense["shards"],
+                m=dense["m"],
+                efc=dense["ef_construction"],
+                q=dense["queries"],
+                vps=dense["build"]["vectors_per_s"],
+            ),
+            "",
+            "![dense recall vs latency](img/dense_recall_latency.png)",
+            "",
+            *_table(
+                ["efSearch", "recall@10", "p50 ms", "p99 ms"],
+                [
+                    [p["ef_search"], p["recall@10"], p["p50_ms"], p["p99_ms"]]
+                    for p in dense["points"]
+                ]
+                + [
+                    [
+                        "exact (flat)",
+                        dense["exact"]["recall@10"],
+                        dense["exact"]["p50_ms"],
+                        dense["exact"]["p99_ms"],
+                    ]
+                ],
+            ),
+            "",
+        ]
+    filtered = {
+        k: v
+        for k, v in suite.get("filtered", {}).items()
+        if isinstance(v, dict) and "recall@10" in v
+    }
+    if filtered:
+        md += [
+            "## Tenant-filtered recall by tenant share",
+            "",
+            f"{run.get('vectors', 0):,} vectors over tenants; each measured tenant holds the share"
+            " shown; recall@10 against brute force over that tenant's own vectors.",
+            "",
+            "![filtered recall](img/filtered_recall.png)",
+            "",
+            *_table(
+                ["share", "vectors", "search", "recall@10", "p50 ms", "p99 ms"],
+                [
+                    [s, r["vectors"], r["search"], r["recall@10"], r["p50_ms"], r["p99_ms"]]
+                    for s, r in filtered.items()
+                ],
+            ),
+            "",
+        ]
+    qp = suite.get("query_path", {})
+    stages = qp.get("stages", {})
+    if stages:
+        md += [
+            "## Query path stages",
+            "",
+            f"Hybrid k=10 in-process on Cranfield ({stages.get('chunks')} chunks), every judged"
+            " query; stages are the engine's own `timings_ms`; `shard-NNN` is each dense shard"
+            " searched alone at the candidate depth. Rerank: "
+            + (stages["rerank"] if isinstance(stages.get("rerank"), str) else "configured")
+            + ".",
+            "",
+            "![query stages](img/query_stages.png)",
+            "",
+            *_table(
+                ["stage", "p50 ms", "p99 ms"],
+                [[k, v["p50_ms"], v["p99_ms"]] for k, v in stages.items() if isinstance(v, dict)],
+            ),
+            "",
+        ]
+    if "ingest" in qp:
+        ing, fr = qp["ingest"], qp["freshness"]
+        md += [
+            "## Ingest throughput and freshness (in-process)",
+            "",
+            f"- ingest: {ing['documents']} Cranfield documents in {ing['seconds']} s ="
+            f" {ing['docs_per_s']} docs/s (chunk, MiniLM embed on CPU, both legs, store)",
+            f"- freshness (upsert sent to found by both legs): p50 {fr['p50_s']} s,"
+            f" p99 {fr['p99_s']} s over {fr['probes']} probes",
+            "",
+        ]
+    peers = suite.get("peers", {})
+    bars = peer_bars(suite)
+    if peers or bars:
+        md += ["## Peers side by side", ""]
+        if bars:
+            md += [
+                "![peers](img/peers.png)",
+                "",
+                *_table(["search", "p50 ms"], list(bars.items())),
+                "",
+            ]
+        knn = peers.get("es_knn", {})
+        if "points" in knn:
+            md += [
+                f"Elasticsearch {peers.get('elasticsearch_version')} dense_vector kNN"
+                f" ({knn['index_options']}, one force-merged segment) on the first"
+                f" {knn['vectors']:,} of the same vectors: load {knn['vectors_per_s']:,.0f}"
+                f" vectors/s, force merge {knn['forcemerge_s']} s.",
+                "",
+                *_table(
+                    ["num_candidates", "recall@10", "p50 ms", "p99 ms"],
+                    [
+                        [p["num_candidates"], p["recall@10"], p["p50_ms"], p["p99_ms"]]
+                        for p in knn["points"]
+                    ],
+                ),
+                "",
+            ]
+        elif "error" in knn:
+            md += [f"Elasticsearch dense_vector kNN did not run: `{knn['error']}`", ""]
+    ratios = suite.get("ratios", {})
+    if ratios:
+        md += ["## Ratios", "", *_table(["ratio", "value"], list(ratios.items())), ""]
+    errors = {k: v["error"] for k, v in suite.items() if isinstance(v, dict) and "error" in v}
+    errors |= {
+        f"peers.{k}": v["error"] for k, v in peers.items() if isinstance(v, dict) and "error" in v
+    }
+    if errors:
+        md += [
+            "## Sections that failed in this run",
+            "",
+            *(f"- {k}: `{v}`" for k, v in errors.items()),
+            "",
+        ]
+    if baseline is not None:
+        md += [
+            "## Release gate baseline",
+            "",
+            "`ragindex gate` fails when nDCG@10 or recall@100 of any leg (or the HNSW recall@10"
+            " check) drops by more than 0.01, or a latency ratio grows by more than 25 %, against"
+            " `evals/baseline.json` (rewritten only by `ragindex gate --update-baseline`).",
+            "",
+            *_table(
+                ["leg", *GATED_METRICS, "recall@10"],
+                [
+                    [leg, *(m.get(k, "") for k in (*GATED_METRICS, "recall@10"))]
+                    for leg, m in baseline["quality"].items()
+                ],
+            ),
+            "",
+            *_table(["latency ratio", "value"], list(baseline["latency_ratios"].items())),
+            "",
+        ]
+    return "\n".join(md)

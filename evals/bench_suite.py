@@ -1,0 +1,436 @@
+"""Runners of `ragindex bench suite` and of the gate's benchmark subset; each returns a dict.
+
+Why (issue #6): users pick a retrieval backend by its curves, and a release gate needs numbers
+that are comparable between runs on a noisy shared box. So:
+- the dense curve is measured on the real shards (snapshot + WAL, tenant partitions, merge over
+  shards), with HNSW forced (exact_threshold 0) and efSearch swept by reloading the same
+  snapshot with another `HnswSpec`, and every point is validated against exact search on the
+  same vectors;
+- latencies that the gate compares are RATIOS of two searches timed alternately, query by query,
+  so load from other processes hits both sides alike;
+- every result says what it ran on (`environment()`).
+The app layer composes these with the engine, Elasticsearch and the Serve benchmark.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import partial
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ragindex.config import DenseSpec, HnswSpec
+from ragindex.errors import InvalidInput
+from ragindex.evals.runner import IngestFn
+from ragindex.protocols import Vectors
+from ragindex.router.query import QueryEngine
+from ragindex.shards.bench import TopicModel
+from ragindex.shards.replica import ShardReplica
+from ragindex.shards.sharded import ShardedDenseIndex, shard_dir
+from ragindex.types import Document, ModelIdentity
+
+DEFAULT_EF = (4, 8, 16, 32, 64, 128, 256)
+BENCH_TENANT = "bench"
+_UPSERT_BATCH = 5_000
+_VERSIONED = (
+    "ragindex",
+    "numpy",
+    "faiss-cpu",
+    "torch",
+    "tantivy",
+    "sentence-transformers",
+    "ray",
+    "elasticsearch",
+)
+
+
+def environment() -> dict[str, Any]:
+    """Cores, thread settings and package versions: what a number was measured on."""
+    import faiss
+    import torch
+
+    versions: dict[str, str | None] = {}
+    for name in _VERSIONED:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return {
+        "cores": os.cpu_count(),
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
+        "MKL_NUM_THREADS": os.environ.get("MKL_NUM_THREADS"),
+        "faiss_threads": faiss.omp_get_max_threads(),
+        "torch_threads": torch.get_num_threads(),
+        "versions": versions,
+    }
+
+
+def set_threads(threads: int) -> None:
+    """Pin FAISS and torch intra-op threads (env vars alone are read only at import)."""
+    import faiss
+    import torch
+
+    if threads < 1:
+        raise InvalidInput(f"threads must be >= 1, got {threads}")
+    faiss.omp_set_num_threads(threads)
+    torch.set_num_threads(threads)
+
+
+def percentiles(samples_ms: Sequence[float]) -> dict[str, float]:
+    """p50/p99 in milliseconds of a non-empty sample, and its size."""
+    if not samples_ms:
+        raise InvalidInput("no latency samples")
+    return {
+        "p50_ms": round(float(np.percentile(samples_ms, 50)), 4),
+        "p99_ms": round(float(np.percentile(samples_ms, 99)), 4),
+        "samples": len(samples_ms),
+    }
+
+
+def paired_ratio(
+    numerator: Callable[[Any], object],
+    denominator: Callable[[Any], object],
+    inputs: Sequence[Any],
+    repeats: int = 3,
+) -> dict[str, float]:
+    """p50(numerator) / p50(denominator), timed alternately input by input after a warm-up."""
+    if not inputs or repeats < 1:
+        raise InvalidInput("paired_ratio needs inputs and repeats >= 1")
+    for x in inputs[: min(10, len(inputs))]:
+        numerator(x)
+        denominator(x)
+    num: list[float] = []
+    den: list[float] = []
+    for _ in range(repeats):
+        for x in inputs:
+            for fn, out in ((numerator, num), (denominator, den)):
+                start = time.perf_counter()
+                fn(x)
+                out.append((time.perf_counter() - start) * 1000)
+    p_num, p_den = float(np.median(num)), float(np.median(den))
+    return {
+        "ratio": round(p_num / p_den, 4),
+        "numerator_p50_ms": round(p_num, 4),
+        "denominator_p50_ms": round(p_den, 4),
+    }
+
+
+def synthetic_vectors(
+    count: int, queries: int, dim: int = 384, seed: int = 0
+) -> tuple[Vectors, Vectors]:
+    """Clustered unit vectors (the filtered benchmark's topic model) and fresh queries near
+    the same topics, so the curve is measured on data shaped like text embeddings."""
+    if count < 1 or queries < 1:
+        raise InvalidInput(f"need >= 1 vectors and queries; got {count} and {queries}")
+    rng = np.random.default_rng(seed)
+    model = TopicModel(dim, topics=max(32, count // 400), rng=rng)
+    topics = np.arange(len(model.topics))
+    weights = np.full(len(topics), 1.0 / len(topics))
+    return model.sample(count, topics, weights), model.sample(queries, topics, weights)
+
+
+def exact_top_k(vectors: Vectors, queries: Vectors, k: int) -> list[set[int]]:
+    """The true top-k rows by inner product for each query (brute force, in blocks)."""
+    out: list[set[int]] = []
+    k = min(k, len(vectors))
+    for start in range(0, len(queries), 64):
+        scores = queries[start : start + 64] @ vectors.T
+        top = np.argpartition(-scores, k - 1, axis=1)[:, :k]
+        out += [set(row.tolist()) for row in top]
+    return out
+
+
+def _chunk_ids(n: int) -> list[str]:
+    return [f"bench:v{i}:0" for i in range(n)]
+
+
+def build_dense(
+    root: Path, vectors: Vectors, dense: DenseSpec, identity: ModelIdentity
+) -> dict[str, float]:
+    """Write `vectors` into a fresh sharded index at root with HNSW forced, then snapshot it.
+    Returns the write throughput (WAL fsync + HNSW insertion) and the snapshot time."""
+    ids = _chunk_ids(len(vectors))
+    index = ShardedDenseIndex.open(root, identity, dense.shards, dense.hnsw, exact_threshold=0)
+    try:
+        start = time.perf_counter()
+        for b in range(0, len(vectors), _UPSERT_BATCH):
+            index.upsert(BENCH_TENANT, ids[b : b + _UPSERT_BATCH], vectors[b : b + _UPSERT_BATCH])
+        upsert_s = time.perf_counter() - start
+        start = time.perf_counter()
+        index.save()
+        save_s = time.perf_counter() - start
+    finally:
+        index.close(snapshot=False)
+    return {
+        "upsert_s": round(upsert_s, 2),
+        "vectors_per_s": round(len(vectors) / upsert_s, 1),
+        "snapshot_s": round(save_s, 2),
+    }
+
+
+class ShardSet:
+    """Every shard of an index at root, loaded read-only with one HnswSpec, searched like the
+    router's fan-out: each shard's top-k, merged by score."""
+
+    def __init__(self, root: Path, shards: int, hnsw: HnswSpec, identity: ModelIdentity) -> None:
+        self.identity = identity
+        self.replicas = [ShardReplica(shard_dir(root, i), hnsw, 0) for i in range(shards)]
+
+    def search(self, query: Vectors, k: int, tenant: str = BENCH_TENANT) -> list[str]:
+        hits = [h for r in self.replicas for h in r.search(query, k, tenant, self.identity)]
+        return [h.chunk_id for h in sorted(hits, key=lambda h: (-h.score, h.chunk_id))[:k]]
+
+
+def _recall(found: Iterable[str], truth: set[int]) -> float:
+    rows = {int(cid.split(":")[1][1:]) for cid in found}
+    return len(rows & truth) / len(truth) if truth else 1.0
+
+
+def _time_recall(
+    search: Callable[[Vectors], list[str]], queries: Vectors, truth: list[set[int]]
+) -> dict[str, float]:
+    for q in queries[:10]:
+        search(q[None, :])
+    latencies, recalls = [], []
+    for q, t in zip(queries, truth, strict=True):
+        start = time.perf_counter()
+        found = search(q[None, :])
+        latencies.append((time.perf_counter() - start) * 1000)
+        recalls.append(_recall(found, t))
+    return {"recall@10": round(float(np.mean(recalls)), 4), **percentiles(latencies)}
+
+
+def ef_sweep(
+    vectors: Vectors,
+    queries: Vectors,
+    dense: DenseSpec | None = None,
+    ef_values: Sequence[int] = DEFAULT_EF,
+    top_k: int = 10,
+) -> dict[str, Any]:
+    """recall@10 and single-query latency of the dense shards per efSearch, against exact
+    search on the same vectors; plus the flat (exact) shards' latency as the reference point."""
+    import faiss
+
+    dense = dense or DenseSpec()
+    if not ef_values or any(ef < 1 for ef in ef_values):
+        raise InvalidInput(f"ef values must be >= 1; got {list(ef_values)}")
+    identity = ModelIdentity("bench-topic-model", "synthetic", vectors.shape[1], normalized=True)
+    truth = exact_top_k(vectors, queries, top_k)
+    with tempfile.TemporaryDirectory(prefix="ragindex-sweep-") as tmp:
+        build = build_dense(Path(tmp), vectors, dense, identity)
+        points = []
+        for ef in ef_values:
+            hnsw = dense.hnsw.model_copy(update={"ef_search": ef})
+            shards = ShardSet(Path(tmp), dense.shards, hnsw, identity)
+            points.append(
+                {"ef_search": ef, **_time_recall(partial(shards.search, k=top_k), queries, truth)}
+            )
+    flat = faiss.IndexFlatIP(vectors.shape[1])
+    flat.add(vectors)
+
+    def exact(q: Vectors) -> list[str]:
+        return [f"bench:v{i}:0" for i in flat.search(q, top_k)[1][0]]
+
+    return {
+        "vectors": len(vectors),
+        "dim": int(vectors.shape[1]),
+        "queries": len(queries),
+        "shards": dense.shards,
+        "m": dense.hnsw.m,
+        "ef_construction": dense.hnsw.ef_construction,
+        "build": build,
+        "points": points,
+        "exact": _time_recall(exact, queries, truth),
+    }
+
+
+def ann_check(
+    dense: DenseSpec, vectors: int = 5_000, queries: int = 100, seed: int = 0, top_k: int = 10
+) -> dict[str, Any]:
+    """The gate's dense check: recall@10 of the spec's HNSW (forced) against exact search on
+    synthetic vectors, and the HNSW / exact latency ratio of the same shards."""
+    import faiss
+
+    data, qs = synthetic_vectors(vectors, queries, seed=seed)
+    truth = exact_top_k(data, qs, top_k)
+    identity = ModelIdentity("bench-topic-model", "synthetic", data.shape[1], normalized=True)
+    flat = faiss.IndexFlatIP(data.shape[1])
+    flat.add(data)
+    with tempfile.TemporaryDirectory(prefix="ragindex-ann-") as tmp:
+        build_dense(Path(tmp), data, dense, identity)
+        shards = ShardSet(Path(tmp), dense.shards, dense.hnsw, identity)
+        recalls = [
+            _recall(shards.search(q[None, :], top_k), t) for q, t in zip(qs, truth, strict=True)
+        ]
+        ratio = paired_ratio(
+            lambda q: shards.search(q[None, :], top_k),
+            lambda q: flat.search(q[None, :], top_k),
+            list(qs),
+        )
+    return {"recall@10": round(float(np.mean(recalls)), 4), "hnsw_over_exact_p50": ratio}
+
+
+def stage_latency(
+    engine: QueryEngine,
+    tenant: str,
+    queries: Sequence[str],
+    shard_search: Mapping[str, Callable[[Vectors, int], object]] | None = None,
+    k: int = 10,
+) -> dict[str, Any]:
+    """Per-stage p50/p99 of hybrid searches through the query path (the engine's own
+    `timings_ms`), the whole search, and, when given, each dense shard searched alone with the
+    same query vector and candidate depth."""
+    if not queries:
+        raise InvalidInput("stage_latency needs queries")
+    for q in queries[:10]:
+        engine.search(tenant, q, k=k, mode="hybrid")
+    stages: dict[str, list[float]] = {}
+    total: list[float] = []
+    for q in queries:
+        start = time.perf_counter()
+        result = engine.search(tenant, q, k=k, mode="hybrid")
+        total.append((time.perf_counter() - start) * 1000)
+        for stage, ms in result.timings_ms.items():
+            stages.setdefault(stage, []).append(ms)
+    out: dict[str, Any] = {s: percentiles(v) for s, v in stages.items()}
+    depth = max(engine.fusion.candidates, k)
+    for name, search in (shard_search or {}).items():
+        vectors = engine.embedder.embed_queries(list(queries))
+        samples = []
+        for v in vectors:
+            start = time.perf_counter()
+            search(v[None, :], depth)
+            samples.append((time.perf_counter() - start) * 1000)
+        out[name] = percentiles(samples)
+    out["total"] = percentiles(total)
+    out["rerank"] = (
+        out.get("rerank") if engine.reranker is not None else "not configured (no cross-encoder)"
+    )
+    return out
+
+
+def ingest_throughput(ingest: IngestFn, tenant: str, documents: Sequence[Document]) -> dict:
+    """Documents per second through the whole ingest path (chunk, embed, both legs, store)."""
+    if not documents:
+        raise InvalidInput("ingest_throughput needs documents")
+    start = time.perf_counter()
+    for b in range(0, len(documents), 32):
+        ingest(tenant, list(documents[b : b + 32]))
+    seconds = time.perf_counter() - start
+    return {
+        "documents": len(documents),
+        "seconds": round(seconds, 2),
+        "docs_per_s": round(len(documents) / seconds, 2),
+    }
+
+
+def freshness(
+    ingest: IngestFn, engine: QueryEngine, tenant: str, probes: int = 10, timeout_s: float = 30
+) -> dict[str, Any]:
+    """Seconds from an upsert being sent to its chunk being found by both legs, in-process."""
+    seconds = []
+    for n in range(probes):
+        marker = f"freshprobe{n}x{time.monotonic_ns()}"
+        doc = Document("fresh", f"probe{n}", "", f"{marker} probe {n}")
+        start = time.perf_counter()
+        ingest(tenant, [doc])
+        while True:
+            found = [
+                any(
+                    h.chunk.doc_id == doc.doc_id for h in engine.search(tenant, marker, 100, m).hits
+                )
+                for m in ("lexical", "dense")
+            ]
+            if all(found):
+                break
+            if time.perf_counter() - start > timeout_s:
+                raise TimeoutError(f"probe {n} not searchable after {timeout_s} s")
+        seconds.append(time.perf_counter() - start)
+    return {
+        "probes": probes,
+        "p50_s": round(float(np.percentile(seconds, 50)), 4),
+        "p99_s": round(float(np.percentile(seconds, 99)), 4),
+    }
+
+
+def es_knn_sweep(
+    es_url: str,
+    vectors: Vectors,
+    queries: Vectors,
+    num_candidates: Sequence[int] = (10, 20, 40, 80, 160, 320),
+    hnsw: HnswSpec | None = None,
+    top_k: int = 10,
+    index: str = "ragindex-bench-knn",
+) -> dict[str, Any]:
+    """Elasticsearch's own dense_vector kNN (float HNSW, same M and efConstruction, one
+    force-merged segment) on the same vectors: recall@10 vs exact and latency per
+    num_candidates (its efSearch), timed through its HTTP API as its users call it."""
+    from elasticsearch import Elasticsearch, helpers
+
+    hnsw = hnsw or HnswSpec()
+    client = Elasticsearch(es_url, request_timeout=600)
+    truth = exact_top_k(vectors, queries, top_k)
+    mapping = {
+        "properties": {
+            "v": {
+                "type": "dense_vector",
+                "dims": int(vectors.shape[1]),
+                "index": True,
+                "similarity": "dot_product",
+                "index_options": {
+                    "type": "hnsw",
+                    "m": hnsw.m,
+                    "ef_construction": hnsw.ef_construction,
+                },
+            }
+        }
+    }
+    settings = {"number_of_shards": 1, "number_of_replicas": 0, "refresh_interval": "-1"}
+    client.options(ignore_status=404).indices.delete(index=index)
+    client.indices.create(index=index, mappings=mapping, settings=settings)
+    try:
+        start = time.perf_counter()
+        actions = (
+            {"_index": index, "_id": str(i), "v": vectors[i].tolist()} for i in range(len(vectors))
+        )
+        helpers.bulk(client, actions, chunk_size=1_000)
+        client.indices.refresh(index=index)
+        load_s = time.perf_counter() - start
+        start = time.perf_counter()
+        client.indices.forcemerge(index=index, max_num_segments=1)
+        client.indices.refresh(index=index)
+        merge_s = time.perf_counter() - start
+        points = []
+        for nc in num_candidates:
+
+            def search(q: Vectors, nc: int = nc) -> list[str]:
+                body = {"field": "v", "query_vector": q[0].tolist(), "k": top_k}
+                res = client.search(
+                    index=index,
+                    knn={**body, "num_candidates": max(nc, top_k)},
+                    size=top_k,
+                    source=False,
+                )
+                return [f"bench:v{h['_id']}:0" for h in res["hits"]["hits"]]
+
+            points.append({"num_candidates": nc, **_time_recall(search, queries, truth)})
+    finally:
+        client.options(ignore_status=404).indices.delete(index=index)
+        client.close()
+    return {
+        "vectors": len(vectors),
+        "index_options": mapping["properties"]["v"]["index_options"],
+        "load_s": round(load_s, 2),
+        "vectors_per_s": round(len(vectors) / load_s, 1),
+        "forcemerge_s": round(merge_s, 2),
+        "points": points,
+    }

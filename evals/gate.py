@@ -1,0 +1,135 @@
+"""The release gate's decision: a run against the committed baseline, as a pure function.
+
+Why: retrieval quality is the ceiling on answer quality, so a change that loses relevance (or
+makes the query path slower relative to itself) must be blocked in review, not found later.
+Absolute latencies differ between machines and between two runs on a shared box, so the gate
+compares only quality metrics and latency RATIOS measured within one run.
+
+A measurement (and a baseline) is `{"quality": {leg: {metric: value}}, "latency_ratios":
+{name: value}, ...}`; other keys are carried along for the reader and ignored here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ragindex.errors import InvalidInput
+
+QUALITY_DROP = 0.01
+RATIO_GROWTH = 0.25
+
+
+@dataclass(frozen=True)
+class Tolerances:
+    quality_drop: float = QUALITY_DROP  # absolute drop allowed in any quality metric
+    ratio_growth: float = RATIO_GROWTH  # relative growth allowed in any latency ratio
+
+    def __post_init__(self) -> None:
+        if not (self.quality_drop >= 0 and self.ratio_growth >= 0):
+            raise InvalidInput(f"tolerances must be >= 0, got {self}")
+
+
+@dataclass(frozen=True)
+class Violation:
+    kind: Literal["quality", "latency_ratio", "missing"]
+    name: str  # "hybrid ndcg@10" or a ratio's name
+    baseline: float
+    current: float | None
+    limit: float  # the worst value that would still have passed
+
+    def message(self) -> str:
+        if self.current is None:
+            return f"{self.name}: in the baseline ({self.baseline:.4f}) but not measured"
+        if self.kind == "quality":
+            return (
+                f"{self.name}: {self.current:.4f} < {self.limit:.4f}"
+                f" (baseline {self.baseline:.4f}, drop {self.baseline - self.current:.4f})"
+            )
+        return (
+            f"{self.name}: {self.current:.4f} > {self.limit:.4f}"
+            f" (baseline {self.baseline:.4f}, +{self.current / self.baseline - 1:.1%})"
+        )
+
+
+def _number(value: object, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+        raise InvalidInput(f"{where} must be a number, got {value!r}")
+    return float(value)
+
+
+def check_measurement(data: object, what: str = "measurement") -> dict[str, Any]:
+    """The quality and latency_ratios sections of a baseline or a run, validated."""
+    if not isinstance(data, Mapping):
+        raise InvalidInput(f"{what} must be a JSON object")
+    quality = data.get("quality")
+    ratios = data.get("latency_ratios")
+    if not isinstance(quality, Mapping) or not isinstance(ratios, Mapping):
+        raise InvalidInput(f"{what} needs 'quality' and 'latency_ratios' objects")
+    checked_q: dict[str, dict[str, float]] = {}
+    for leg, metrics in quality.items():
+        if not isinstance(metrics, Mapping) or not metrics:
+            raise InvalidInput(f"{what} quality.{leg} must be a non-empty object of metrics")
+        checked_q[leg] = {m: _number(v, f"{what} quality.{leg}.{m}") for m, v in metrics.items()}
+    checked_r = {}
+    for name, value in ratios.items():
+        checked_r[name] = _number(value, f"{what} latency_ratios.{name}")
+        if checked_r[name] <= 0:
+            raise InvalidInput(f"{what} latency_ratios.{name} must be > 0, got {value!r}")
+    return {"quality": checked_q, "latency_ratios": checked_r}
+
+
+def compare(
+    baseline: Mapping[str, Any],
+    current: Mapping[str, Any],
+    tolerances: Tolerances | None = None,
+) -> list[Violation]:
+    """Every way `current` is worse than `baseline` beyond the tolerances. A metric or ratio
+    in the baseline that the run did not measure (a disabled leg) is a violation too;
+    anything the run measured beyond the baseline is ignored."""
+    tol = tolerances or Tolerances()
+    base = check_measurement(baseline, "baseline")
+    cur = check_measurement(current, "current run")
+    out: list[Violation] = []
+    for leg, metrics in base["quality"].items():
+        for metric, value in metrics.items():
+            name = f"{leg} {metric}"
+            limit = round(value - tol.quality_drop, 6)
+            got = cur["quality"].get(leg, {}).get(metric)
+            if got is None:
+                out.append(Violation("missing", name, value, None, limit))
+            elif got < limit - 1e-9:
+                out.append(Violation("quality", name, value, got, limit))
+    for ratio, value in base["latency_ratios"].items():
+        limit = round(value * (1 + tol.ratio_growth), 6)
+        got = cur["latency_ratios"].get(ratio)
+        if got is None:
+            out.append(Violation("missing", ratio, value, None, limit))
+        elif got > limit + 1e-9:
+            out.append(Violation("latency_ratio", ratio, value, got, limit))
+    return out
+
+
+def gate_table(baseline: Mapping[str, Any], current: Mapping[str, Any]) -> str:
+    """Baseline and current side by side, one row per gated number."""
+    base = check_measurement(baseline, "baseline")
+    cur = check_measurement(current, "current run")
+    rows = [["number", "baseline", "current", "delta"]]
+    for leg, metrics in base["quality"].items():
+        for metric, value in metrics.items():
+            got = cur["quality"].get(leg, {}).get(metric)
+            delta = "" if got is None else f"{got - value:+.4f}"
+            rows.append([f"{leg} {metric}", f"{value:.4f}", _fmt(got), delta])
+    for ratio, value in base["latency_ratios"].items():
+        got = cur["latency_ratios"].get(ratio)
+        delta = "" if got is None else f"{got / value - 1:+.1%}"
+        rows.append([ratio, f"{value:.4f}", _fmt(got), delta])
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows
+    )
+
+
+def _fmt(value: float | None) -> str:
+    return "missing" if value is None else f"{value:.4f}"
