@@ -25,15 +25,21 @@ def run(
     namespaces: Sequence[str] = (),
     clusterwide: bool = False,
     liveness_endpoint: str | None = None,
+    peering: str | None = None,
 ) -> None:
-    """Run the operator until it is stopped (SIGINT/SIGTERM); blocks."""
+    """Run the operator until it is stopped (SIGINT/SIGTERM); blocks.
+
+    With `peering`, replicas elect one active operator through kopf's peering objects (the
+    chart creates them when replicaCount > 1); without it the operator runs standalone.
+    """
     if bool(namespaces) == clusterwide:
         raise ValueError("watch either --all-namespaces or one or more --namespace, not both")
     kopf.run(
         registry=register(options),
         clusterwide=clusterwide,
         namespaces=list(namespaces),
-        standalone=True,
+        standalone=peering is None,
+        peering_name=peering or "default",
         liveness_endpoint=liveness_endpoint,
     )
 
@@ -55,6 +61,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[OperatorOptions, argp
     p.add_argument("--poll-interval", type=float, default=10.0, help="readiness poll, seconds")
     p.add_argument("--kubeconfig", default=None)
     p.add_argument("--liveness", default=None, help="e.g. http://0.0.0.0:8080/healthz")
+    p.add_argument("--peering", default=None, help="kopf peering name (leader election)")
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args(argv)
     render = RenderOptions(
@@ -87,6 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         namespaces=args.namespace,
         clusterwide=args.all_namespaces,
         liveness_endpoint=args.liveness,
+        peering=args.peering,
     )
     return 0
 

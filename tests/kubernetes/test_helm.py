@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
+from ragindex.operator.__main__ import parse_args
 from ragindex.operator.crd import CRD_NAME, render_crd
 
 pytestmark = pytest.mark.kubernetes
@@ -95,6 +96,7 @@ def test_rbac_is_least_privilege(kube_cluster) -> None:
         ("ray.io", "rayservices"),
         ("elasticsearch.k8s.elastic.co", "elasticsearches"),
         ("", "configmaps"),
+        ("", "services"),
         ("", "persistentvolumeclaims"),
         ("", "secrets"),
         ("", "events"),
@@ -115,6 +117,9 @@ def test_prod_render_enables_peering(kube_cluster) -> None:
     peering = _one(objs, "ClusterKopfPeering")["metadata"]["name"]
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     assert f"--peering={peering}" in args
+    # The chart's arguments are ones the operator's own parser accepts.
+    _options, parsed = parse_args(args)
+    assert parsed.peering == peering
     assert _one(objs, "PodDisruptionBudget")["spec"]["minAvailable"] == 1
     rules = _one(objs, "ClusterRole")["rules"]
     groups = {g for rule in rules for g in rule["apiGroups"]}
