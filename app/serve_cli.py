@@ -1,7 +1,8 @@
 """`ragindex serve`, `ragindex token create` and `ragindex bench serve`.
 
-`serve` starts a local Ray (2 CPUs, dashboard on 127.0.0.1:8265 so Serve's REST API works) and
-the application on 127.0.0.1, then waits for SIGINT/SIGTERM and shuts Serve and Ray down.
+`serve` starts a local Ray (2 CPUs, dashboard on 127.0.0.1:8265 so Serve's REST API works;
+`RAGINDEX_DASHBOARD_PORT` moves it) and the application on 127.0.0.1, then waits for
+SIGINT/SIGTERM and shuts Serve and Ray down.
 """
 
 from __future__ import annotations
@@ -11,15 +12,29 @@ import json
 import os
 import signal
 import sys
-import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ragindex.errors import InvalidInput
 from ragindex.router.auth import create_token
 
 APP_NAME = "ragindex"
 RAY_CPUS = 2
 DASHBOARD_PORT = 8265
+
+
+def dashboard_port() -> int:
+    """The dashboard port: 8265 unless RAGINDEX_DASHBOARD_PORT says otherwise (tests, a 2nd
+    server on the same machine)."""
+    raw = os.environ.get("RAGINDEX_DASHBOARD_PORT", str(DASHBOARD_PORT))
+    try:
+        port = int(raw)
+    except ValueError:
+        raise InvalidInput(f"RAGINDEX_DASHBOARD_PORT must be a port number, got {raw!r}") from None
+    if not 0 < port < 65536:
+        raise InvalidInput(f"RAGINDEX_DASHBOARD_PORT must be in 1..65535, got {port}")
+    return port
 
 
 def ray_environment() -> dict[str, str]:
@@ -38,8 +53,26 @@ def _load_spec(args: argparse.Namespace) -> Any:
     return load_spec(getattr(args, "spec", None))
 
 
-def start_local(data_dir: Path, port: int, spec: Any) -> None:
-    """Start local Ray + Serve and run the app; returns once it is running."""
+class Shutdown(BaseException):
+    """Raised in the main thread by SIGINT/SIGTERM; a BaseException so no `except Exception`
+    inside Ray's start-up swallows it."""
+
+
+def _raise_shutdown_once(signum: int, _frame: Any) -> None:
+    """First signal: unwind to the clean shutdown; later ones are ignored while it runs."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+    raise Shutdown(signal.Signals(signum).name)
+
+
+def start_local(
+    data_dir: Path, port: int, spec: Any, on_ray_started: Callable[[], None] | None = None
+) -> None:
+    """Start local Ray + Serve and run the app; returns once it is running.
+
+    `on_ray_started` runs right after `ray.init`, which replaces the process's SIGTERM handler
+    with one that dies on the spot; callers re-install theirs there.
+    """
     os.environ.update(ray_environment())
     import ray
     from ray import serve
@@ -50,9 +83,11 @@ def start_local(data_dir: Path, port: int, spec: Any) -> None:
         num_cpus=RAY_CPUS,
         include_dashboard=True,
         dashboard_host="127.0.0.1",
-        dashboard_port=DASHBOARD_PORT,
+        dashboard_port=dashboard_port(),
         log_to_driver=False,
     )
+    if on_ray_started is not None:
+        on_ray_started()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     spec_json = spec.model_dump(mode="json", by_alias=True)
     serve.run(
@@ -61,29 +96,37 @@ def start_local(data_dir: Path, port: int, spec: Any) -> None:
 
 
 def stop_local() -> None:
+    """Shut Serve down (replicas close their indexes: Ingest snapshots its shards), then Ray."""
     import ray
     from ray import serve
 
-    serve.shutdown()
+    if ray.is_initialized():
+        serve.shutdown()
     ray.shutdown()
 
 
 def serve_command(args: argparse.Namespace) -> int:
-    """Run until SIGINT/SIGTERM, then shut down cleanly (Ingest snapshots its shards)."""
+    """Run until SIGINT/SIGTERM, then shut down cleanly, also when signalled during start-up."""
     data_dir = Path(args.data_dir).resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    start_local(data_dir, args.port, _load_spec(args))
+    spec = _load_spec(args)
+
+    def install_handlers() -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, _raise_shutdown_once)
+
+    install_handlers()
     try:
+        start_local(data_dir, args.port, spec, on_ray_started=install_handlers)
         print(f"ragindex: serving {data_dir} on http://127.0.0.1:{args.port}/", flush=True)
         print(
             f"ragindex: mint a token with: ragindex token create --tenant T --data-dir {data_dir}",
             flush=True,
         )
-        stop.wait()
-        print("ragindex: shutting down", flush=True)
+        while True:
+            signal.pause()
+    except Shutdown as why:
+        print(f"ragindex: {why}: shutting down", flush=True)
     finally:
         stop_local()
     return 0
