@@ -1,4 +1,4 @@
-"""A real local Serve app (session-scoped Ray) over real HTTP, with real MiniLM."""
+"""A real local Serve app (Ray in the test process) over real HTTP, with real MiniLM."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ class ServedApp:
         return httpx.Client(base_url=self.url, headers=headers, timeout=60.0)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")  # torn down before the kill -9 test starts its own Ray
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedApp]:
     import ray
     from ray import serve
@@ -60,7 +60,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedApp]:
         ray.shutdown()
 
 
-def _wait_ready(served: ServedApp, timeout_s: float = 120.0) -> None:
+def _wait_ready(served: ServedApp, timeout_s: float = 300.0) -> None:
     import time
 
     deadline = time.monotonic() + timeout_s
