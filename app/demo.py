@@ -41,7 +41,8 @@ def _documents(corpus: Path | None) -> list[Document]:
     from ragindex.evals.collections import load_cranfield
 
     collection = load_cranfield(cranfield_dir())
-    return [doc.to_document(collection.name) for doc in collection.corpus.values()]
+    # A few Cranfield records have no text: nothing to index (the API would refuse them).
+    return [d.to_document(collection.name) for d in collection.corpus.values() if d.text.strip()]
 
 
 def _wait_ready(base: str, server: subprocess.Popen[bytes]) -> None:
