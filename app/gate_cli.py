@@ -50,12 +50,15 @@ def gate_measure(
     spec: RagIndexSpec,
     data_dir: Path,
     legs: Sequence[str] | None = None,
-    ann_vectors: int = GATE_ANN_VECTORS,
-    repeats: int = GATE_REPEATS,
+    ann_vectors: int | None = None,
+    repeats: int | None = None,
 ) -> dict[str, Any]:
     """Quality per leg on the collection (nDCG@10, recall@100), the spec's HNSW recall@10 vs
     exact, and latency ratios measured in this run. `legs` limits the legs reported (a leg
-    left out is a disabled leg, which the gate fails)."""
+    left out is a disabled leg, which the gate fails). Sizes default to GATE_ANN_VECTORS and
+    GATE_REPEATS."""
+    ann_vectors = GATE_ANN_VECTORS if ann_vectors is None else ann_vectors
+    repeats = GATE_REPEATS if repeats is None else repeats
     bs.set_threads(1)
     started = time.perf_counter()
     engine, payload, _ = run_eval(collection, spec, data_dir)
