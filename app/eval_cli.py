@@ -76,7 +76,7 @@ def eval_command(args: argparse.Namespace) -> int:
         if args.per_query:
             report.write_per_query(args.per_query)  # type: ignore[attr-defined]
         if args.answers:
-            from ragindex.app.answers_cli import answer_eval
+            from ragindex.app.answers import answer_eval
 
             payload["answers"] = answer_eval(engine, collection)
             print(json.dumps(payload["answers"], indent=2))

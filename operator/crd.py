@@ -50,6 +50,16 @@ _CEL: dict[str, list[dict[str, str]]] = {
             "reason": "FieldValueForbidden",
         }
     ],
+    "GeneratorSpec": [
+        {
+            "rule": "!has(self.backend) || self.backend != 'openai-compatible'"
+            " || (has(self.baseUrl) && size(self.baseUrl) > 0"
+            " && has(self.model) && size(self.model) > 0)",
+            "message": "generator.baseUrl and generator.model are required for openai-compatible",
+            "fieldPath": ".baseUrl",
+            "reason": "FieldValueRequired",
+        }
+    ],
     "FusionSpec": [
         {
             "rule": "!has(self.candidates) || !has(self.topK) || self.candidates >= self.topK",

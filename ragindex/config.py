@@ -147,6 +147,28 @@ class ScalingSpec(_Spec):
     )
 
 
+class GeneratorSpec(_Spec):
+    backend: Literal["extractive", "openai-compatible"] = Field(
+        "extractive",
+        description="'extractive' (offline: cited sentences selected from the sources) or"
+        " 'openai-compatible' (a chat-completions endpoint such as vLLM or Ray Serve LLM).",
+    )
+    base_url: str | None = Field(None, description="Base URL of the chat-completions endpoint.")
+    model: str | None = Field(None, description="Model name sent to the endpoint.")
+    api_key_env: str | None = Field(
+        None, description="Environment variable that holds the endpoint's API key."
+    )
+    timeout_s: float = Field(30, gt=0, le=600, description="Timeout of one generation call.")
+
+    @model_validator(mode="after")
+    def _endpoint_for_remote(self) -> GeneratorSpec:
+        if self.backend == "openai-compatible" and not (self.base_url and self.model):
+            raise ValueError(
+                "generator.baseUrl and generator.model are required for openai-compatible"
+            )
+        return self
+
+
 class RagIndexSpec(_Spec):
     """The RagIndex spec: everything needed to render and run one index."""
 
@@ -156,6 +178,9 @@ class RagIndexSpec(_Spec):
     lexical: LexicalSpec = Field(default_factory=LexicalSpec, description="BM25 leg.")
     fusion: FusionSpec = Field(default_factory=FusionSpec, description="Rank fusion.")
     chunking: ChunkingSpec = Field(default_factory=ChunkingSpec, description="Chunking.")
+    generator: GeneratorSpec = Field(
+        default_factory=GeneratorSpec, description="Answer generation for /v1/answer."
+    )
     scaling: ScalingSpec = Field(default_factory=ScalingSpec, description="Autoscaling.")
     freshness_s: float = Field(
         2.0, gt=0, le=300, description="Bound on upsert-to-searchable on every replica."

@@ -1,0 +1,42 @@
+"""Answer generation wired from the spec: one factory for `POST /v1/answer` and the CLI."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ragindex.config import RagIndexSpec
+from ragindex.evals.answers import cranfield_cases, evaluate_answers, out_of_domain_cases
+from ragindex.evals.collections import Collection
+from ragindex.protocols import Embedder
+from ragindex.router.answer import AnswerService
+from ragindex.router.generators import make_generator
+from ragindex.router.query import QueryEngine
+
+EVAL_TENANT = "default"
+
+
+def answer_service(spec: RagIndexSpec, query: QueryEngine, embedder: Embedder) -> AnswerService:
+    """The AnswerService the spec's generator section describes (extractive by default)."""
+    gen = spec.generator
+    generator = make_generator(
+        gen.backend,
+        base_url=gen.base_url,
+        model=gen.model,
+        api_key=os.environ.get(gen.api_key_env) if gen.api_key_env else None,
+        timeout=gen.timeout_s,
+    )
+    return AnswerService(query, generator, embedder.count_tokens, embedder=embedder)
+
+
+def answer_eval(engine: Any, collection: Collection) -> dict[str, Any]:
+    """Generation figures on a collection's judged queries plus the out-of-domain set.
+
+    Faithfulness and citation precision come from the answers' own grounding check; the
+    refusal rates are reported for answerable and unanswerable questions separately.
+    """
+    service = answer_service(engine.spec, engine.query, engine.embedder)
+    cases = cranfield_cases(collection) + out_of_domain_cases()
+    report = evaluate_answers(lambda q: service.answer(EVAL_TENANT, q), cases)
+    report.pop("per_question", None)
+    return report
