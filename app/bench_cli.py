@@ -99,8 +99,8 @@ def bench_data_dir(collection: Collection, spec: RagIndexSpec) -> Path:
 def bm25_bench(
     collection: Collection,
     data_dir: Path,
-    spec: RagIndexSpec | None = None,
     es_url: str | None = None,
+    spec: RagIndexSpec | None = None,
     repeats: int = 3,
 ) -> dict[str, Any]:
     """Ingest the collection once (incrementally) into the engine at data_dir, copy its chunks
@@ -131,7 +131,7 @@ def bench_bm25_command(args: argparse.Namespace) -> int:
     `args.synthetic` generated documents when the parser offers that option)."""
     collection = with_synthetic(load_cranfield(cranfield_dir()), getattr(args, "synthetic", 0))
     spec = RagIndexSpec()
-    result = bm25_bench(collection, bench_data_dir(collection, spec), spec)
+    result = bm25_bench(collection, bench_data_dir(collection, spec), spec=spec)
     print(bm25_table(result))
     write_json(args.json, result)
     return 0

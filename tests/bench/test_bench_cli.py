@@ -37,7 +37,7 @@ def test_filtered_command_writes_shares_and_what_it_ran_on(
 def test_bm25_bench_on_a_real_elasticsearch(
     tmp_path: Path, tiny: Collection, es_server: EsServer
 ) -> None:
-    result = bm25_bench(tiny, tmp_path / "engine", RagIndexSpec(), es_server.url, repeats=1)
+    result = bm25_bench(tiny, tmp_path / "engine", es_server.url, RagIndexSpec(), repeats=1)
     assert result["chunks"] == 6 and result["queries"] == 3
     for leg in ("bm25", "hybrid"):
         for backend in ("tantivy", "elasticsearch"):
