@@ -210,6 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.set_defaults(run=_lazy("ragindex.app.serve_cli", "bench_serve_command"))
     b = bench.add_parser("bm25", help="BM25 on Elasticsearch vs the embedded backend")
     b.add_argument("--json", type=Path)
+    b.add_argument("--synthetic", type=int, default=0, help="extra synthetic documents")
     b.set_defaults(run=_lazy("ragindex.app.bench_cli", "bench_bm25_command"))
     b = bench.add_parser("suite", help="every benchmark in one run: JSON, PNG plots, peers")
     b.add_argument("--json", type=Path, help="default docs/benchmarks.json")
