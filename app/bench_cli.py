@@ -128,8 +128,8 @@ def bm25_bench(
 
 def bench_bm25_command(args: argparse.Namespace) -> int:
     """BM25 top-100 and hybrid on Elasticsearch vs tantivy over Cranfield (plus
-    `args.synthetic` generated documents when the parser offers that option)."""
-    collection = with_synthetic(load_cranfield(cranfield_dir()), getattr(args, "synthetic", 0))
+    `args.synthetic` generated documents)."""
+    collection = with_synthetic(load_cranfield(cranfield_dir()), args.synthetic)
     spec = RagIndexSpec()
     result = bm25_bench(collection, bench_data_dir(collection, spec), spec=spec)
     print(bm25_table(result))
