@@ -86,10 +86,9 @@ def gate_measure(
     quality["ann"] = {"recall@10": ann["recall@10"]}
     return {
         "quality": quality,
-        "latency_ratios": {
-            "hybrid_over_dense_p50": hybrid_over_dense["ratio"],
-            "hnsw_over_exact_p50": ann["hnsw_over_exact_p50"]["ratio"],
-        },
+        # HNSW / exact on the small check set is two sub-millisecond searches: too noisy on a
+        # shared box to gate (measured +49 % between two runs), so it is reported, not gated.
+        "latency_ratios": {"hybrid_over_dense_p50": hybrid_over_dense["ratio"]},
         "details": {
             "hybrid_over_dense_p50": hybrid_over_dense,
             "hnsw_over_exact_p50": ann["hnsw_over_exact_p50"],

@@ -24,10 +24,8 @@ def test_baseline_has_every_leg_and_ratio(slice_baseline: dict[str, Any]) -> Non
     for leg in ("bm25", "dense", "hybrid"):
         assert 0 < quality[leg]["ndcg@10"] <= 1 and 0 < quality[leg]["recall@100"] <= 1
     assert quality["ann"]["recall@10"] > 0.95
-    assert set(slice_baseline["latency_ratios"]) == {
-        "hybrid_over_dense_p50",
-        "hnsw_over_exact_p50",
-    }
+    assert set(slice_baseline["latency_ratios"]) == {"hybrid_over_dense_p50"}
+    assert slice_baseline["details"]["hnsw_over_exact_p50"]["ratio"] > 0
     assert slice_baseline["run"]["cores"] and slice_baseline["settings"]["queries"] > 10
 
 
