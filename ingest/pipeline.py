@@ -100,7 +100,12 @@ class IngestPipeline:
         self._lock = threading.Lock()  # one diff-then-apply at a time
 
     def chunk(self, tenant_id: str, doc: Document) -> list[Chunk]:
-        return chunk_document(doc, tenant_id, self.chunking, self.embedder.count_tokens, self.limit)
+        # The title is embedded with every chunk (passage_text): leave room for it in the
+        # model's window, but never less than half the window for the text itself.
+        title = doc.title.strip()
+        title_tokens = self.embedder.count_tokens(f"{title}\n") if title else 0
+        limit = max(self.limit - title_tokens, self.limit // 2)
+        return chunk_document(doc, tenant_id, self.chunking, self.embedder.count_tokens, limit)
 
     def upsert(
         self, tenant_id: str, documents: Iterable[Document | Mapping[str, object]]

@@ -11,7 +11,7 @@ import pytest
 
 from ragindex.config import ChunkingSpec, HnswSpec
 from ragindex.errors import IdentityMismatch, InvalidInput
-from ragindex.ingest.pipeline import DocResult, IngestPipeline, passage_token_limit
+from ragindex.ingest.pipeline import DocResult, IngestPipeline, passage_text, passage_token_limit
 from ragindex.ingest.store import ChunkStore, Diff
 from ragindex.lexical.tantivy_index import TantivyIndex
 from ragindex.models.embedder import SentenceTransformerEmbedder
@@ -129,7 +129,11 @@ def test_ingest_writes_all_three_and_is_searchable(rig: Rig) -> None:
     assert "shock" in chunk.text and chunk.title == "shock d2"
     limit = passage_token_limit(rig.embedder)
     assert limit == 254
-    assert all(rig.embedder.count_tokens(t) <= min(64, limit) for t in rig.embedder.embedded)
+    # Chunk text keeps the 64-token budget; the embedded passage (title + text) fits the model.
+    chunks = rig.store.get_chunks("acme", [f"cran:{d.doc_id}:0" for d in DOCS])
+    assert chunks and all(rig.embedder.count_tokens(c.text) <= 64 for c in chunks.values())
+    assert all(rig.embedder.count_tokens(t) <= limit for t in rig.embedder.embedded)
+    assert all(passage_text(c).startswith(c.title) for c in chunks.values())
 
 
 def test_unchanged_reingest_embeds_nothing(rig: Rig) -> None:
