@@ -129,6 +129,7 @@ def test_every_model_validator_has_a_cel_rule() -> None:
         "fusion.candidates must be >= fusion.topK",
         "autoscaling minReplicas must be <= maxReplicas",
         "reranker.topN must be >= fusion.topK",
+        "generator.baseUrl and generator.model are required for openai-compatible",
     }
     assert set(crd_module._CEL) <= {"RagIndexSpec", *RagIndexSpec.model_json_schema()["$defs"]}
 
@@ -223,6 +224,10 @@ INVALID: dict[str, tuple[dict[str, Any], list[str]]] = {
     "es-url-with-embedded": (
         {"lexical": {"backend": "embedded", "elasticsearchUrl": "http://es:9200"}},
         ["spec.lexical.elasticsearchUrl", "only valid with backend elasticsearch"],
+    ),
+    "remote-generator-without-endpoint": (
+        {"generator": {"backend": "openai-compatible"}},
+        ["spec.generator.baseUrl", "required for openai-compatible"],
     ),
     "unknown-field": ({"dense": {"shardz": 3}}, ["unknown field", "spec.dense.shardz"]),
 }
