@@ -34,6 +34,7 @@ from ray import serve
 from ray.serve import Application
 from ray.serve.handle import DeploymentHandle
 
+from ragindex.app.answers import answer_service
 from ragindex.app.engine import STAMP, check_stamp, open_lexical
 from ragindex.config import RagIndexSpec
 from ragindex.errors import BackendUnavailable, InvalidInput
@@ -42,6 +43,7 @@ from ragindex.ingest.store import ChunkStore
 from ragindex.models.embedder import load_embedder
 from ragindex.models.reranker import load_reranker
 from ragindex.protocols import Embedder, LexicalIndex, Vectors
+from ragindex.router.answer import Answer, AnswerService
 from ragindex.router.auth import TokenVerifier
 from ragindex.router.http import create_app
 from ragindex.router.query import QueryEngine, SearchResult
@@ -216,6 +218,7 @@ class LocalQuerySide:
         self.lexical: LexicalIndex | None = None
         self.store: ChunkStore | None = None
         self.embedder: Embedder | None = None
+        self.answers: AnswerService | None = None
         self.refreshed_at = 0.0
 
     def load_models(self) -> None:
@@ -269,6 +272,13 @@ class LocalQuerySide:
         if self.engine is None:
             raise BackendUnavailable("the index is still opening; retry shortly")
         return self.engine.search(tenant_id, query, k, mode, rerank)
+
+    def answer(self, tenant_id: str, question: str, k: int) -> Answer:
+        if self.engine is None or self.embedder is None:
+            raise BackendUnavailable("the index is still opening; retry shortly")
+        if self.answers is None:
+            self.answers = answer_service(self.spec, self.engine, self.embedder)
+        return self.answers.answer(tenant_id, question, k)
 
     def stats(self, tenant_id: str) -> dict[str, Any]:
         if self.dense is None or self.store is None or self.lexical is None:
@@ -382,6 +392,8 @@ class ClusterQuerySide:
         self.dense = RemoteDenseIndex(shards, embedder.identity)
         self.lexical = RemoteLexical(lexical)
         self.store = ChunkStore(data_dir / "store.sqlite")
+        self.answers: AnswerService | None = None
+        self.embedder = embedder
         self.engine = QueryEngine(
             embedder,
             self.dense,
@@ -406,6 +418,11 @@ class ClusterQuerySide:
         self, tenant_id: str, query: str, k: int | None, mode: str, rerank: bool | None
     ) -> SearchResult:
         return self.engine.search(tenant_id, query, k, mode, rerank)
+
+    def answer(self, tenant_id: str, question: str, k: int) -> Answer:
+        if self.answers is None:
+            self.answers = answer_service(self.spec, self.engine, self.embedder)
+        return self.answers.answer(tenant_id, question, k)
 
     def stats(self, tenant_id: str) -> dict[str, Any]:
         return {
@@ -487,6 +504,9 @@ class Router:
         removed: int = await self.ingest.delete.remote(tenant_id, source, doc_id)
         await self.worker.run(self.side.refresh)
         return removed
+
+    async def answer(self, tenant_id: str, question: str, k: int) -> Answer:
+        return await self.worker.run(self.side.answer, tenant_id, question, k)
 
     async def stats(self, tenant_id: str) -> dict[str, Any]:
         return await self.worker.run(self.side.stats, tenant_id)

@@ -27,6 +27,7 @@ from prometheus_client import (
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, field_validator
 
 from ragindex.errors import BackendUnavailable, IdentityMismatch, InvalidInput, RagIndexError
+from ragindex.router.answer import Answer, AnswerRequest, AnswerResponse
 from ragindex.router.auth import TokenVerifier, bearer_token
 from ragindex.router.query import MAX_K, MAX_QUERY_CHARS, SearchResult
 from ragindex.types import MAX_DOCUMENT_CHARS, Document
@@ -52,6 +53,8 @@ class Backend(Protocol):
     async def upsert(self, tenant_id: str, documents: list[Document]) -> list[dict[str, Any]]: ...
 
     async def delete(self, tenant_id: str, source: str, doc_id: str) -> int: ...
+
+    async def answer(self, tenant_id: str, question: str, k: int) -> Answer: ...
 
     async def stats(self, tenant_id: str) -> dict[str, Any]: ...
 
@@ -327,6 +330,11 @@ def create_app(
         """Hybrid (or single-leg) search within the caller's tenant."""
         result = await backend.search(tenant_id, body.query, body.k, body.mode, body.rerank)
         return hit_out(result)
+
+    @app.post("/v1/answer", response_model=AnswerResponse, tags=["answers"])
+    async def answer(body: AnswerRequest, tenant_id: str = Depends(tenant)) -> AnswerResponse:
+        """A cited answer from the caller's tenant's sources, or `refused: true`."""
+        return AnswerResponse.from_answer(await backend.answer(tenant_id, body.question, body.k))
 
     @app.get("/v1/stats", tags=["ops"])
     async def stats(tenant_id: str = Depends(tenant)) -> dict[str, Any]:

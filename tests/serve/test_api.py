@@ -309,3 +309,28 @@ def test_writes_are_visible_within_the_freshness_bound(
         while not search(client, "axolotl regrow", mode="lexical")["hits"]:
             assert time.monotonic() - start < 2.0
             time.sleep(0.05)
+
+
+def test_answer_cites_the_tenants_sources_or_refuses(
+    loaded: ServedApp, tokens: dict[str, str]
+) -> None:
+    with loaded.client(tokens["alpha"]) as client:
+        r = client.post(
+            "/v1/answer", json={"question": "What guides ships along dangerous coasts?"}
+        )
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert not body["refused"], body
+        assert body["citations"] and all(
+            c.startswith("wiki:lighthouse:") for c in body["citations"]
+        )
+        assert "[1]" in body["answer"]
+        off_topic = client.post(
+            "/v1/answer", json={"question": "Who won the 1998 football world cup final?"}
+        )
+        assert off_topic.status_code == 200 and off_topic.json()["refused"] is True
+        assert client.post("/v1/answer", json={"question": ""}).status_code == 422
+    with loaded.client(tokens["beta"]) as client:
+        other = client.post("/v1/answer", json={"question": "What guides ships along coasts?"})
+        assert other.status_code == 200
+        assert not any(c.startswith("wiki:lighthouse:") for c in other.json()["citations"])
