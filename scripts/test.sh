@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test run, from a fresh machine: install, fetch/build the real servers the tests start
-# (Elasticsearch, kube-apiserver + etcd + controller-manager, helm, kubectl), static checks, pytest.
+# (Elasticsearch, kube-apiserver + etcd + controller-manager, helm, kubectl), static checks, pytest,
+# then the release gate (Cranfield quality and latency ratios against evals/baseline.json).
 # Everything slow is cached under ${RAGINDEX_CACHE:-~/.cache/ragindex}.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,3 +12,4 @@ scripts/fetch_elasticsearch.sh
 scripts/build_k8s.sh
 scripts/lint.sh
 .venv/bin/pytest "$@"
+.venv/bin/ragindex gate
