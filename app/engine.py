@@ -27,15 +27,21 @@ from ragindex.errors import IdentityMismatch, InvalidInput
 from ragindex.ingest.pipeline import IngestPipeline
 from ragindex.ingest.store import ChunkStore
 from ragindex.lexical import TantivyIndex
-from ragindex.lexical.elasticsearch_index import ElasticsearchIndex
+from ragindex.lexical.elasticsearch_index import ElasticsearchIndex, make_client
 from ragindex.models.embedder import load_embedder
 from ragindex.models.reranker import load_reranker
 from ragindex.protocols import Embedder, LexicalIndex
 from ragindex.router.query import QueryEngine
+from ragindex.serve_config import AUTH_DIR_ENV, ES_PASSWORD_ENV, ES_USERNAME_ENV
 from ragindex.shards import ShardedDenseIndex
 from ragindex.types import ModelIdentity
 
 STAMP = "index.json"
+
+
+def auth_dir(data_dir: Path) -> Path:
+    """Where hashed API tokens live: the data dir, or a mounted Secret in the cluster."""
+    return Path(os.environ.get(AUTH_DIR_ENV) or data_dir)
 
 
 def default_data_dir() -> Path:
@@ -50,6 +56,12 @@ def load_spec(path: Path | None) -> RagIndexSpec:
     if isinstance(data, dict) and "kind" in data and "spec" in data:
         data = data["spec"]
     return RagIndexSpec.model_validate(data or {})
+
+
+def elasticsearch_auth() -> tuple[str, str] | None:
+    """Basic-auth credentials from the environment (the operator injects ECK's secret there)."""
+    user, password = os.environ.get(ES_USERNAME_ENV), os.environ.get(ES_PASSWORD_ENV)
+    return (user, password) if user and password else None
 
 
 def open_lexical(
@@ -68,7 +80,9 @@ def open_lexical(
             " (on one machine the URL is required; the operator sets it for a managed cluster)"
         )
     return ElasticsearchIndex.open(
-        spec.lexical.elasticsearch_url,
+        make_client(
+            spec.lexical.elasticsearch_url, spec.lexical.request_timeout_s, elasticsearch_auth()
+        ),
         alias=spec.lexical.elasticsearch_alias,
         generation=identity.fingerprint(),
         timeout_s=spec.lexical.request_timeout_s,

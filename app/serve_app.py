@@ -35,7 +35,7 @@ from ray.serve import Application
 from ray.serve.handle import DeploymentHandle
 
 from ragindex.app.answers import answer_service
-from ragindex.app.engine import STAMP, check_stamp, open_lexical
+from ragindex.app.engine import STAMP, auth_dir, check_stamp, open_lexical
 from ragindex.config import RagIndexSpec
 from ragindex.errors import BackendUnavailable, InvalidInput
 from ragindex.ingest.pipeline import IngestPipeline
@@ -461,7 +461,7 @@ class Router:
     ) -> None:
         self.spec = RagIndexSpec.model_validate(spec)
         self.data_dir = Path(data_dir)
-        self.verifier = TokenVerifier(self.data_dir)
+        self.verifier = TokenVerifier(auth_dir(self.data_dir))
         self.ingest = ingest
         self.worker = _Worker("router")
         self.side: QuerySide

@@ -57,10 +57,14 @@ class BulkWriteError(RagIndexError):
         super().__init__(f"{len(failures)} bulk item(s) failed: {shown}")
 
 
-def make_client(url: str, timeout_s: float = 2.0) -> Elasticsearch:
-    """A client for one Elasticsearch URL: bounded timeout, no retries."""
+def make_client(
+    url: str, timeout_s: float = 2.0, basic_auth: tuple[str, str] | None = None
+) -> Elasticsearch:
+    """A client for one Elasticsearch URL: bounded timeout, no retries, optional basic auth
+    (a managed ECK cluster has security on; the test server has it off)."""
     return Elasticsearch(
         url,
+        basic_auth=basic_auth,
         request_timeout=timeout_s,
         max_retries=0,
         retry_on_timeout=False,

@@ -23,7 +23,14 @@ from ragindex.config import RagIndexSpec
 from ragindex.errors import InvalidInput
 from ragindex.hashing import content_hash
 from ragindex.operator.crd import GROUP, KIND, VERSION
-from ragindex.serve_config import deployment_layout, render_serve_config, to_yaml
+from ragindex.serve_config import (
+    AUTH_DIR_ENV,
+    ES_PASSWORD_ENV,
+    ES_USERNAME_ENV,
+    deployment_layout,
+    render_serve_config,
+    to_yaml,
+)
 
 FIELD_MANAGER = "ragindex-operator"
 LABEL_INDEX = f"{GROUP}/index"
@@ -223,9 +230,9 @@ def _pod_env(spec: RagIndexSpec, name: str) -> list[dict[str, Any]]:
     if managed_elasticsearch(spec):
         # ECK writes the `elastic` user's password into this Secret.
         env += [
-            {"name": "RAGINDEX_ES_USERNAME", "value": "elastic"},
+            {"name": ES_USERNAME_ENV, "value": "elastic"},
             {
-                "name": "RAGINDEX_ES_PASSWORD",
+                "name": ES_PASSWORD_ENV,
                 "valueFrom": {
                     "secretKeyRef": {
                         "name": f"{elasticsearch_name(name)}-es-elastic-user",
@@ -235,7 +242,7 @@ def _pod_env(spec: RagIndexSpec, name: str) -> list[dict[str, Any]]:
             },
         ]
     if spec.auth_secret:
-        env.append({"name": "RAGINDEX_AUTH_DIR", "value": "/etc/ragindex/auth"})
+        env.append({"name": AUTH_DIR_ENV, "value": "/etc/ragindex/auth"})
     return env
 
 

@@ -186,7 +186,9 @@ class RagIndexSpec(_Spec):
         2.0, gt=0, le=300, description="Bound on upsert-to-searchable on every replica."
     )
     auth_secret: str | None = Field(
-        None, description="Secret holding hashed API tokens (cluster runtime)."
+        None,
+        description="Secret with a `tokens.json` key (hashed API tokens, as `ragindex token"
+        " create` writes them), mounted into the Router (cluster runtime).",
     )
     storage_size: str = Field("10Gi", description="Persistent volume size per shard replica.")
     data_dir: str = Field("/data/ragindex", description="Where indexes live inside a replica.")

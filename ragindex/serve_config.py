@@ -24,6 +24,11 @@ from ragindex.config import AutoscalingSpec, RagIndexSpec
 Runtime = Literal["local", "cluster"]
 APP_IMPORT_PATH = "ragindex.app.serve_app:build_app"
 
+# Environment the operator sets on cluster pods and the Serve app reads.
+ES_USERNAME_ENV = "RAGINDEX_ES_USERNAME"
+ES_PASSWORD_ENV = "RAGINDEX_ES_PASSWORD"
+AUTH_DIR_ENV = "RAGINDEX_AUTH_DIR"
+
 ROUTER = "Router"
 INGEST = "Ingest"
 QUERY_EMBEDDER = "QueryEmbedder"
