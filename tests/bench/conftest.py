@@ -7,15 +7,10 @@ reports on a corpus small enough to embed in seconds, never wall-clock figures.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 
 import pytest
 
-from ragindex.config import RagIndexSpec
 from ragindex.evals.collections import Collection, CorpusDoc, Query
-from ragindex.lexical.es_server import EsServer, start_elasticsearch
-from ragindex.models.embedder import load_embedder
-from ragindex.protocols import Embedder
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
@@ -42,20 +37,3 @@ def tiny() -> Collection:
     corpus = {i: CorpusDoc(i, title, text) for i, (title, text) in TINY_DOCS.items()}
     queries = {q: Query(q, text) for q, text in TINY_QUERIES.items()}
     return Collection("tiny", corpus, queries, TINY_QRELS)
-
-
-@pytest.fixture(scope="session")
-def minilm() -> Embedder:
-    import torch
-
-    torch.set_num_threads(1)
-    return load_embedder(RagIndexSpec().embedder)
-
-
-@pytest.fixture(scope="session")
-def es_server() -> Iterator[EsServer]:
-    server = start_elasticsearch()
-    try:
-        yield server
-    finally:
-        server.stop()

@@ -9,32 +9,13 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 
-from ragindex.evals.collections import Collection, load_cranfield
-from ragindex.evals.metrics import ndcg_at_k
 from ragindex.lexical.elasticsearch_index import ElasticsearchIndex
-from ragindex.lexical.es_server import EsServer, start_elasticsearch
-from ragindex.protocols import LexicalIndex
-from ragindex.types import Chunk
+from ragindex.lexical.es_server import EsServer
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-BENCH_TENANT = "bench"
-CRANFIELD_DIR = Path(
-    os.environ.get("RAGINDEX_CRANFIELD")
-    or Path(__file__).resolve().parents[2].parent / "shared" / "data" / "cranfield"
-)
-
-
-@pytest.fixture(scope="session")
-def es_server() -> Iterator[EsServer]:
-    server = start_elasticsearch()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture
@@ -49,53 +30,3 @@ def es_index(es_server: EsServer, new_alias: Callable[[], str]) -> Iterator[Elas
     yield index
     index.drop()
     index.close()
-
-
-def _make_chunk(tenant: str, chunk_id: str, text: str, title: str = "") -> Chunk:
-    source, doc_id = ([*chunk_id.split(":"), "d", "0"])[:2]
-    return Chunk(tenant, chunk_id, source, doc_id, 0, title, text, "hash")
-
-
-@pytest.fixture(scope="session")
-def make_chunk() -> Callable[..., Chunk]:
-    """Chunk factory: make_chunk(tenant, chunk_id, text, title="")."""
-    return _make_chunk
-
-
-@pytest.fixture(scope="session")
-def cranfield_dir() -> Path:
-    if not CRANFIELD_DIR.exists():
-        pytest.skip(f"Cranfield data not found at {CRANFIELD_DIR}")
-    return CRANFIELD_DIR
-
-
-@pytest.fixture(scope="session")
-def cranfield(cranfield_dir: Path) -> Collection:
-    return load_cranfield(cranfield_dir)
-
-
-@pytest.fixture(scope="session")
-def cranfield_chunks(cranfield: Collection) -> list[Chunk]:
-    """One chunk per Cranfield document (chunk id = doc id; the title where there is no text)."""
-    return [
-        Chunk(BENCH_TENANT, d.doc_id, "bench", d.doc_id, 0, "", d.text or d.title, "")
-        for d in cranfield.corpus.values()
-    ]
-
-
-@pytest.fixture(scope="session")
-def mean_ndcg(cranfield: Collection) -> Callable[[LexicalIndex], float]:
-    """Mean nDCG@10 over the judged queries of a BM25 index holding `cranfield_chunks`."""
-
-    def mean(index: LexicalIndex) -> float:
-        scores = [
-            ndcg_at_k(
-                [h.chunk_id for h in index.search(cranfield.queries[q].text, 10, BENCH_TENANT)],
-                cranfield.qrels[q],
-                10,
-            )
-            for q in cranfield.judged_queries()
-        ]
-        return sum(scores) / len(scores)
-
-    return mean
