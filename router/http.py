@@ -200,6 +200,43 @@ def hit_out(result: SearchResult) -> SearchResponse:
     )
 
 
+# ---------------------------------------------------------------- metrics
+
+
+@dataclass
+class Metrics:
+    """ASGI middleware counting requests and timing them by route and status.
+
+    Plain ASGI rather than `@app.middleware("http")`: Starlette's BaseHTTPMiddleware runs the
+    app in a separate task with stream plumbing, a cost paid on every search.
+    """
+
+    app: ASGIApp
+    requests: Counter
+    latency: Histogram
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        status = 500
+
+        async def send_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            # The router records the matched route in the (shared) scope while it handles.
+            path = getattr(scope.get("route"), "path", "unmatched")
+            self.requests.labels(path, str(status)).inc()
+            self.latency.labels(path).observe(time.perf_counter() - start)
+
+
 # ---------------------------------------------------------------- body size limit
 
 
@@ -281,16 +318,6 @@ def create_app(
         " needs `Authorization: Bearer <token>`; the token decides the tenant.",
     )
 
-    @app.middleware("http")
-    async def _measure(request: Request, call_next: Any) -> Response:
-        start = time.perf_counter()
-        response: Response = await call_next(request)
-        route = request.scope.get("route")
-        path = getattr(route, "path", "unmatched")
-        requests.labels(path, str(response.status_code)).inc()
-        latency.labels(path).observe(time.perf_counter() - start)
-        return response
-
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, err: RequestValidationError) -> JSONResponse:
         status, message = validation_message(list(err.errors()))
@@ -360,5 +387,6 @@ def create_app(
         """Prometheus text exposition of this replica's metrics."""
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
+    app.add_middleware(Metrics, requests=requests, latency=latency)
     app.add_middleware(BodyLimit, limit=max_body_bytes)
     return app
