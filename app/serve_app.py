@@ -445,6 +445,17 @@ QuerySide = LocalQuerySide | ClusterQuerySide
 # ---------------------------------------------------------------- deployments
 
 
+async def refresh_forever(worker: _Worker, refresh: Callable[[], None], what: str) -> None:
+    """Apply the writer's new work every REFRESH_S; a failed round is logged and retried,
+    and the replica keeps serving what it has (readiness reports the staleness)."""
+    while True:
+        try:
+            await worker.run(refresh)
+        except Exception:
+            log.exception(what)
+        await asyncio.sleep(REFRESH_S)
+
+
 class Router:
     """FastAPI ingress: auth, limits, the query path, and writes forwarded to Ingest."""
 
@@ -475,18 +486,12 @@ class Router:
                 self.spec, self.data_dir, remote, shards, lexical, reranker
             )
         await self.worker.run(self.side.load_models)
-        self._refresher = asyncio.get_running_loop().create_task(self._refresh_loop())
+        self._refresher = asyncio.get_running_loop().create_task(
+            refresh_forever(self.worker, self.side.refresh, "refresh failed")
+        )
 
     def __serve_build_asgi_app__(self) -> Any:
         return create_app(self, self.verifier)
-
-    async def _refresh_loop(self) -> None:
-        while True:
-            try:
-                await self.worker.run(self.side.refresh)
-            except Exception:  # keep serving what we have; readiness reports staleness
-                log.exception("refresh failed")
-            await asyncio.sleep(REFRESH_S)
 
     # Backend protocol for router.http
 
@@ -629,7 +634,9 @@ class ShardServer:
         self.hnsw, self.exact = parsed.dense.hnsw, parsed.dense.exact_threshold
         self.worker = _Worker(f"shard{shard}")
         self.replica: ShardReplica | None = None
-        self._refresher = asyncio.get_running_loop().create_task(self._refresh_loop())
+        self._refresher = asyncio.get_running_loop().create_task(
+            refresh_forever(self.worker, self._refresh, "shard catch-up failed")
+        )
 
     def _refresh(self) -> None:
         if self.replica is None:
@@ -637,14 +644,6 @@ class ShardServer:
                 return
             self.replica = ShardReplica(self.directory, self.hnsw, self.exact)
         self.replica.catch_up()
-
-    async def _refresh_loop(self) -> None:
-        while True:
-            try:
-                await self.worker.run(self._refresh)
-            except Exception:
-                log.exception("shard catch-up failed")
-            await asyncio.sleep(REFRESH_S)
 
     def _replica(self) -> ShardReplica:
         if self.replica is None:
@@ -676,7 +675,9 @@ class LexicalServer:
         self.data_dir = Path(data_dir)
         self.worker = _Worker("lexical")
         self.index: LexicalIndex | None = None
-        self._refresher = asyncio.get_running_loop().create_task(self._refresh_loop())
+        self._refresher = asyncio.get_running_loop().create_task(
+            refresh_forever(self.worker, self._refresh, "lexical reload failed")
+        )
 
     def _refresh(self) -> None:
         if self.index is None:
@@ -685,14 +686,6 @@ class LexicalServer:
                 return
             self.index = open_lexical(self.spec, self.data_dir, identity, read_only=True)
         reload_lexical(self.index)
-
-    async def _refresh_loop(self) -> None:
-        while True:
-            try:
-                await self.worker.run(self._refresh)
-            except Exception:
-                log.exception("lexical reload failed")
-            await asyncio.sleep(REFRESH_S)
 
     def _index(self) -> LexicalIndex:
         if self.index is None:
