@@ -1,0 +1,201 @@
+"""The CLUSTER runtime end to end: the rendered Serve config deployed on local Ray, real HTTP.
+
+The config from `render_serve_config(runtime="cluster")` is deployed the way `serve run CONFIG`
+and KubeRay do it (validated as `ServeDeploySchema`, built by the controller from the import
+path), so the Router fans out over handles to Shard<i>, Lexical, QueryEmbedder and Ingest ->
+IngestEmbedder deployments. Every cluster deployment asks for one CPU; Ray accepts more
+logical CPUs than cores, so this module starts its own Ray with 8 and stops it at the end.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from ragindex.config import RagIndexSpec
+from ragindex.router.auth import create_token
+from ragindex.serve_config import deployment_layout, render_serve_config
+
+pytestmark = [pytest.mark.serve, pytest.mark.slow]
+
+APP = "ragindex-cluster"
+SPEC = {"dense": {"shards": 2}}  # default embedder, no reranker
+READY_TIMEOUT_S = 420.0  # seven replicas, two MiniLM pools, on a loaded 2-core box
+TEXTS = {
+    "lighthouse": (
+        "Lighthouses",
+        "A lighthouse is a tower with a bright lamp that guides ships at night"
+        " along dangerous coasts and harbour entrances.",
+    ),
+    "volcano": (
+        "Volcanoes",
+        "A volcano is a rupture in the crust of a planet where lava, ash and gases"
+        " escape from a magma chamber below the surface.",
+    ),
+    "bread": (
+        "Bread",
+        "Bread is baked from a dough of flour and water, leavened with yeast"
+        " and shaped into loaves before it goes into a hot oven.",
+    ),
+}
+
+
+@dataclass
+class ServedApp:
+    """The deployed app (conftest.py's helpers are not importable under importlib mode)."""
+
+    url: str
+    data_dir: Path
+
+    def client(self, token: str | None = None) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=60.0)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def eventually(probe: Callable[[], bool], timeout_s: float) -> None:
+    """Poll until `probe` holds: cluster shard replicas tail the WAL on their
+    own, so a write is visible within the freshness bound rather than at once."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if probe():
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"not visible within {timeout_s} s")
+        time.sleep(0.1)
+
+
+def docs(tenant_mark: str) -> list[dict[str, str]]:
+    """The same three documents; each tenant's text carries its own marker word."""
+    return [
+        {"source": "wiki", "doc_id": d, "title": title, "text": f"{text} ({tenant_mark})"}
+        for d, (title, text) in TEXTS.items()
+    ]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedApp]:
+    import ray
+    from ray import serve
+    from ray.serve.context import _get_global_client
+    from ray.serve.schema import ServeDeploySchema
+
+    data_dir = tmp_path_factory.mktemp("cluster-data")
+    port = free_port()
+    spec = RagIndexSpec.model_validate(SPEC)
+    config = render_serve_config(
+        spec, name=APP, data_dir=str(data_dir), runtime="cluster", host="127.0.0.1", port=port
+    )
+    ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False)
+    try:
+        serve.start(http_options=config["http_options"])
+        client = _get_global_client()
+        assert client is not None
+        client.deploy_apps(ServeDeploySchema.model_validate(config))
+        app = ServedApp(f"http://127.0.0.1:{port}", data_dir)
+        _wait_running_and_ready(app)
+        yield app
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+
+
+def _wait_running_and_ready(app: ServedApp) -> None:
+    """Until the app is RUNNING and /readyz says 200; fail fast if a deployment fails."""
+    from ray import serve
+
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    with app.client() as client:
+        while time.monotonic() < deadline:
+            status = serve.status().applications.get(APP)
+            if status is not None and status.status == "DEPLOY_FAILED":
+                raise RuntimeError(f"{APP} failed to deploy: {status.message}")
+            if status is not None and status.status == "RUNNING":
+                try:
+                    if client.get("/readyz").status_code == 200:
+                        return
+                except httpx.TransportError:
+                    pass
+            time.sleep(0.5)
+    raise TimeoutError(f"{APP} not ready within {READY_TIMEOUT_S} s: {serve.status()}")
+
+
+def search(client: httpx.Client, query: str, **kw: Any) -> list[dict[str, Any]]:
+    r = client.post("/v1/search", json={"query": query, **kw})
+    assert r.status_code == 200, r.text
+    hits: list[dict[str, Any]] = r.json()["hits"]
+    return hits
+
+
+def counts(client: httpx.Client) -> tuple[int, int, int]:
+    stats = client.get("/v1/stats").json()
+    return stats["chunks"], stats["dense_vectors"], stats["lexical_docs"]
+
+
+def test_every_rendered_deployment_runs_as_its_own_deployment(cluster: ServedApp) -> None:
+    from ray import serve
+
+    layout = deployment_layout(RagIndexSpec.model_validate(SPEC), "cluster")
+    deployments = serve.status().applications[APP].deployments
+    assert set(deployments) == {d["name"] for d in layout}
+    assert {"Shard0", "Shard1", "QueryEmbedder", "IngestEmbedder", "Lexical"} <= set(deployments)
+    assert {d.status for d in deployments.values()} == {"HEALTHY"}
+
+
+def test_cluster_runtime_serves_tenants_over_remote_legs(cluster: ServedApp) -> None:
+    bound = RagIndexSpec().freshness_s + 5.0
+    tokens = {t: create_token(cluster.data_dir, t) for t in ("alpha", "beta")}
+    with cluster.client() as anonymous:
+        r = anonymous.post("/v1/search", json={"query": "lighthouse"})
+        assert r.status_code == 401, r.text
+    with cluster.client("not-a-token") as stranger:
+        r = stranger.post("/v1/documents", json={"documents": docs("stranger")})
+        assert r.status_code == 401, r.text
+    for tenant in ("alpha", "beta"):
+        with cluster.client(tokens[tenant]) as client:
+            r = client.post("/v1/documents", json={"documents": docs(tenant)})
+            assert r.status_code == 200, r.text
+            assert [d["added"] for d in r.json()["results"]] == [1, 1, 1]
+            eventually(lambda: counts(client) == (3, 3, 3), bound)
+
+    with cluster.client(tokens["alpha"]) as client:
+        top = search(client, "tower with a lamp guiding ships", k=3)[0]
+        assert top["chunk_id"] == "wiki:lighthouse:0"
+        assert (top["source"], top["doc_id"], top["title"]) == ("wiki", "lighthouse", "Lighthouses")
+        assert set(top["ranks"]) == {"dense", "lexical"}
+        for mode in ("hybrid", "dense", "lexical"):
+            hits = search(client, "magma and lava", k=10, mode=mode)
+            assert hits[0]["doc_id"] == "volcano", mode
+            if mode != "hybrid":
+                assert set(hits[0]["ranks"]) == {mode}
+            assert all("(alpha)" in h["text"] for h in hits), mode
+
+    with cluster.client(tokens["beta"]) as client:
+        for mode in ("hybrid", "dense", "lexical"):
+            hits = search(client, "lighthouse tower lamp alpha", k=10, mode=mode)
+            assert hits and all("(beta)" in h["text"] for h in hits), mode
+
+        r = client.delete("/v1/documents/wiki/bread")
+        assert r.status_code == 200, r.text
+        assert r.json() == {"source": "wiki", "doc_id": "bread", "removed": 1}
+        eventually(lambda: counts(client) == (2, 2, 2), bound)
+        for mode in ("hybrid", "dense", "lexical"):
+            hits = search(client, "bread dough flour yeast oven", k=10, mode=mode)
+            assert all(h["doc_id"] != "bread" for h in hits), mode
+        assert client.delete("/v1/documents/wiki/bread").json()["removed"] == 0
+
+    with cluster.client(tokens["alpha"]) as client:  # the other tenant's copy is untouched
+        assert counts(client) == (3, 3, 3)
+        assert search(client, "bread dough flour yeast oven", k=1)[0]["doc_id"] == "bread"
