@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
+
+from ragindex.config import RagIndexSpec
+from ragindex.serve_config import render_serve_config
 
 for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
@@ -73,3 +77,61 @@ def _wait_ready(served: ServedApp, timeout_s: float = 300.0) -> None:
                 pass
             time.sleep(0.25)
     raise TimeoutError(f"{served.url} not ready within {timeout_s} s")
+
+
+CLUSTER_APP = "ragindex-cluster"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedApp]:
+    import ray
+    from ray import serve
+    from ray.serve.context import _get_global_client
+    from ray.serve.schema import ServeDeploySchema
+
+    """The rendered CLUSTER config (2 shards, default embedder, no reranker) deployed the way
+    `serve run CONFIG` and KubeRay do it, on a Ray with more logical CPUs than cores (every
+    cluster deployment asks for one CPU)."""
+    data_dir = tmp_path_factory.mktemp("cluster-data")
+    port = free_port()
+    spec = RagIndexSpec.model_validate({"dense": {"shards": 2}})
+    config = render_serve_config(
+        spec,
+        name=CLUSTER_APP,
+        data_dir=str(data_dir),
+        runtime="cluster",
+        host="127.0.0.1",
+        port=port,
+    )
+    ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False)
+    try:
+        serve.start(http_options=config["http_options"])
+        client = _get_global_client()
+        assert client is not None
+        client.deploy_apps(ServeDeploySchema.model_validate(config))
+        app = ServedApp(f"http://127.0.0.1:{port}", data_dir)
+        _wait_running_and_ready(app, CLUSTER_APP)
+        yield app
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+
+
+def _wait_running_and_ready(app: ServedApp, name: str, timeout_s: float = 420.0) -> None:
+    """Until the app is RUNNING and /readyz says 200; fail fast if a deployment fails."""
+    from ray import serve
+
+    deadline = time.monotonic() + timeout_s
+    with app.client() as client:
+        while time.monotonic() < deadline:
+            status = serve.status().applications.get(name)
+            if status is not None and status.status == "DEPLOY_FAILED":
+                raise RuntimeError(f"{name} failed to deploy: {status.message}")
+            if status is not None and status.status == "RUNNING":
+                try:
+                    if client.get("/readyz").status_code == 200:
+                        return
+                except httpx.TransportError:
+                    pass
+            time.sleep(0.5)
+    raise TimeoutError(f"{name} not ready within {timeout_s} s: {serve.status()}")

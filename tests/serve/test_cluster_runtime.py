@@ -4,30 +4,30 @@ The config from `render_serve_config(runtime="cluster")` is deployed the way `se
 and KubeRay do it (validated as `ServeDeploySchema`, built by the controller from the import
 path), so the Router fans out over handles to Shard<i>, Lexical, QueryEmbedder and Ingest ->
 IngestEmbedder deployments. Every cluster deployment asks for one CPU; Ray accepts more
-logical CPUs than cores, so this module starts its own Ray with 8 and stops it at the end.
+logical CPUs than cores, so the `cluster` fixture (conftest.py) starts its own Ray with 8
+and stops it at the end of this module.
 """
 
 from __future__ import annotations
 
-import socket
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
 
 from ragindex.config import RagIndexSpec
 from ragindex.router.auth import create_token
-from ragindex.serve_config import deployment_layout, render_serve_config
+from ragindex.serve_config import deployment_layout
+
+if TYPE_CHECKING:  # fixtures come from conftest.py; pytest's importlib mode cannot import it
+    from conftest import ServedApp
 
 pytestmark = [pytest.mark.serve, pytest.mark.slow]
+CLUSTER_APP = "ragindex-cluster"  # the `cluster` fixture's app and spec (tests/serve/conftest.py)
+CLUSTER_SPEC = {"dense": {"shards": 2}}
 
-APP = "ragindex-cluster"
-SPEC = {"dense": {"shards": 2}}  # default embedder, no reranker
-READY_TIMEOUT_S = 420.0  # seven replicas, two MiniLM pools, on a loaded 2-core box
 TEXTS = {
     "lighthouse": (
         "Lighthouses",
@@ -45,24 +45,6 @@ TEXTS = {
         " and shaped into loaves before it goes into a hot oven.",
     ),
 }
-
-
-@dataclass
-class ServedApp:
-    """The deployed app (conftest.py's helpers are not importable under importlib mode)."""
-
-    url: str
-    data_dir: Path
-
-    def client(self, token: str | None = None) -> httpx.Client:
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        return httpx.Client(base_url=self.url, headers=headers, timeout=60.0)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def eventually(probe: Callable[[], bool], timeout_s: float) -> None:
@@ -85,53 +67,6 @@ def docs(tenant_mark: str) -> list[dict[str, str]]:
     ]
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedApp]:
-    import ray
-    from ray import serve
-    from ray.serve.context import _get_global_client
-    from ray.serve.schema import ServeDeploySchema
-
-    data_dir = tmp_path_factory.mktemp("cluster-data")
-    port = free_port()
-    spec = RagIndexSpec.model_validate(SPEC)
-    config = render_serve_config(
-        spec, name=APP, data_dir=str(data_dir), runtime="cluster", host="127.0.0.1", port=port
-    )
-    ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False)
-    try:
-        serve.start(http_options=config["http_options"])
-        client = _get_global_client()
-        assert client is not None
-        client.deploy_apps(ServeDeploySchema.model_validate(config))
-        app = ServedApp(f"http://127.0.0.1:{port}", data_dir)
-        _wait_running_and_ready(app)
-        yield app
-    finally:
-        serve.shutdown()
-        ray.shutdown()
-
-
-def _wait_running_and_ready(app: ServedApp) -> None:
-    """Until the app is RUNNING and /readyz says 200; fail fast if a deployment fails."""
-    from ray import serve
-
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    with app.client() as client:
-        while time.monotonic() < deadline:
-            status = serve.status().applications.get(APP)
-            if status is not None and status.status == "DEPLOY_FAILED":
-                raise RuntimeError(f"{APP} failed to deploy: {status.message}")
-            if status is not None and status.status == "RUNNING":
-                try:
-                    if client.get("/readyz").status_code == 200:
-                        return
-                except httpx.TransportError:
-                    pass
-            time.sleep(0.5)
-    raise TimeoutError(f"{APP} not ready within {READY_TIMEOUT_S} s: {serve.status()}")
-
-
 def search(client: httpx.Client, query: str, **kw: Any) -> list[dict[str, Any]]:
     r = client.post("/v1/search", json={"query": query, **kw})
     assert r.status_code == 200, r.text
@@ -147,8 +82,8 @@ def counts(client: httpx.Client) -> tuple[int, int, int]:
 def test_every_rendered_deployment_runs_as_its_own_deployment(cluster: ServedApp) -> None:
     from ray import serve
 
-    layout = deployment_layout(RagIndexSpec.model_validate(SPEC), "cluster")
-    deployments = serve.status().applications[APP].deployments
+    layout = deployment_layout(RagIndexSpec.model_validate(CLUSTER_SPEC), "cluster")
+    deployments = serve.status().applications[CLUSTER_APP].deployments
     assert set(deployments) == {d["name"] for d in layout}
     assert {"Shard0", "Shard1", "QueryEmbedder", "IngestEmbedder", "Lexical"} <= set(deployments)
     assert {d.status for d in deployments.values()} == {"HEALTHY"}
