@@ -154,18 +154,22 @@ class _Worker:
 # ---------------------------------------------------------------- the query side, in-process
 
 
-class ReplicaDenseIndex:
+class _ReadOnlyDense:
+    """The write half of the DenseIndex protocol for the query side, which never writes."""
+
+    def upsert(self, tenant_id: str, chunk_ids: Sequence[str], vectors: Vectors) -> None:
+        raise InvalidInput("the query side's dense index is read-only; send writes to Ingest")
+
+    def delete(self, tenant_id: str, chunk_ids: Sequence[str]) -> None:
+        raise InvalidInput("the query side's dense index is read-only; send writes to Ingest")
+
+
+class ReplicaDenseIndex(_ReadOnlyDense):
     """The dense leg over read replicas of every shard (DenseIndex protocol, read-only)."""
 
     def __init__(self, replicas: list[ShardReplica]) -> None:
         self.replicas = replicas
         self.identity = replicas[0].identity
-
-    def upsert(self, tenant_id: str, chunk_ids: Sequence[str], vectors: Vectors) -> None:
-        raise InvalidInput("a read replica does not take writes; send them to Ingest")
-
-    def delete(self, tenant_id: str, chunk_ids: Sequence[str]) -> None:
-        raise InvalidInput("a read replica does not take writes; send them to Ingest")
 
     def search(
         self, query_vector: Vectors, top_k: int, tenant_id: str, identity: ModelIdentity
@@ -324,18 +328,12 @@ class RemoteEmbedder:
         return int(self.handle.count_tokens.remote(text).result())
 
 
-class RemoteDenseIndex:
+class RemoteDenseIndex(_ReadOnlyDense):
     """Fan out to every Shard<i> deployment at once, then merge by score."""
 
     def __init__(self, shards: list[DeploymentHandle], identity: ModelIdentity) -> None:
         self.shards = shards
         self.identity = identity
-
-    def upsert(self, tenant_id: str, chunk_ids: Sequence[str], vectors: Vectors) -> None:
-        raise InvalidInput("shard deployments are read replicas; send writes to Ingest")
-
-    def delete(self, tenant_id: str, chunk_ids: Sequence[str]) -> None:
-        raise InvalidInput("shard deployments are read replicas; send writes to Ingest")
 
     def search(
         self, query_vector: Vectors, top_k: int, tenant_id: str, identity: ModelIdentity

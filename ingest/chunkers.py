@@ -87,17 +87,22 @@ def _split_word(word: str, budget: int, count: _Counter) -> list[tuple[str, int]
     return _split_word(word[:half], budget, count) + _split_word(word[half:], budget, count)
 
 
+def _greedy_end(words: list[tuple[str, int]], start: int, budget: int) -> int:
+    """End of the longest run of words from `start` whose counts fit the budget (at least one)."""
+    end, total = start, 0
+    while end < len(words) and total + words[end][1] <= budget:
+        total += words[end][1]
+        end += 1
+    return max(end, start + 1)
+
+
 def _pack_words(text: str, budget: int, count: _Counter) -> list[str]:
     """Greedy windows of whole words (whitespace kept), each verified with the real count."""
     words = _words(text, budget, count)
     out: list[str] = []
     start = 0
     while start < len(words):
-        end, total = start, 0
-        while end < len(words) and total + words[end][1] <= budget:
-            total += words[end][1]
-            end += 1
-        end = max(end, start + 1)
+        end = _greedy_end(words, start, budget)
         while end > start + 1 and count("".join(w for w, _ in words[start:end])) > budget:
             end -= 1  # tokenizers that merge across spaces: shrink until it truly fits
         out.append("".join(w for w, _ in words[start:end]))
@@ -194,11 +199,7 @@ def _windows(text: str, budget: int, overlap: float, count: _Counter) -> list[st
     out: list[str] = []
     start = 0
     while start < len(words):
-        end, total = start, 0
-        while end < len(words) and total + words[end][1] <= budget:
-            total += words[end][1]
-            end += 1
-        end = max(end, start + 1)
+        end = _greedy_end(words, start, budget)
         out.extend(_fit("".join(w for w, _ in words[start:end]).strip(), budget, count))
         if end >= len(words):
             break
