@@ -19,3 +19,7 @@ class IdentityMismatch(RagIndexError):
 
 class BackendUnavailable(RagIndexError):
     """A backing server (e.g. Elasticsearch) is down or did not answer within the timeout."""
+
+
+class OffsetOutOfRange(RagIndexError):
+    """The requested log offset was compacted or truncated away: restart from a snapshot."""

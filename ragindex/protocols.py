@@ -7,13 +7,13 @@ for another tenant's chunks and filter afterwards.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
-from ragindex.types import Chunk, ModelIdentity, ScoredId
+from ragindex.types import Chunk, LogRecord, ModelIdentity, ScoredId
 
 Vectors = npt.NDArray[np.float32]
 
@@ -57,5 +57,75 @@ class LexicalIndex(Protocol):
     def search(self, query: str, top_k: int, tenant_id: str) -> list[ScoredId]: ...
 
     def count(self, tenant_id: str) -> int: ...
+
+    def close(self) -> None: ...
+
+
+class Log(Protocol):
+    """A partitioned, replicated, keyed log: the source of truth every index is a view of.
+
+    Implementations: the file log (one machine, fsynced segments) and Kafka (the cluster).
+    Both pass one contract-test suite. Partitions are chosen by the caller (`partition_for_key`
+    for `docs`, the dense shard for `chunks.<generation>`), so both agree on placement.
+    Compacted topics keep at least the newest record of every key; a record whose value is
+    None is a tombstone (a delete), removed by compaction after it has been read.
+    """
+
+    def ensure_topic(self, topic: str, partitions: int, *, compacted: bool) -> None:
+        """Create the topic if absent; InvalidInput if it exists with another partition count."""
+        ...
+
+    def partitions(self, topic: str) -> int:
+        """Partition count of an existing topic; InvalidInput if there is no such topic."""
+        ...
+
+    def append(self, topic: str, records: Sequence[tuple[int, bytes, bytes | None]]) -> list[int]:
+        """Append (partition, key, value) records; return their offsets only once durable.
+
+        Durable means fsynced (file log) or acknowledged by all in-sync replicas (Kafka,
+        idempotent producer, acks=all). On failure nothing is acknowledged and the log stays
+        readable: BackendUnavailable when the log cannot take writes now.
+        """
+        ...
+
+    def append_and_commit(
+        self,
+        topic: str,
+        records: Sequence[tuple[int, bytes, bytes | None]],
+        *,
+        group: str,
+        consumed: Mapping[tuple[str, int], int],
+    ) -> list[int]:
+        """Append records and commit `group`'s consumed offsets atomically (read-process-write).
+
+        `consumed` maps (topic, partition) to the next offset to read. Either both the records
+        and the offsets become visible, or neither (a Kafka transaction; the file log writes
+        one atomic batch). A worker killed mid-batch therefore neither loses nor duplicates.
+        """
+        ...
+
+    def committed(self, group: str, topic: str, partition: int) -> int:
+        """The next offset `group` should read from (0 if it never committed)."""
+        ...
+
+    def read(
+        self,
+        topic: str,
+        partition: int,
+        from_offset: int,
+        *,
+        max_records: int = 1000,
+        timeout_s: float = 0.0,
+    ) -> list[LogRecord]:
+        """Committed records at or after `from_offset`, in offset order (offsets may have gaps).
+
+        Waits up to `timeout_s` for the first record when none is there yet. Raises
+        OffsetOutOfRange when `from_offset` was compacted or truncated away.
+        """
+        ...
+
+    def end_offset(self, topic: str, partition: int) -> int:
+        """The offset the next committed record will get (Kafka: the last stable offset)."""
+        ...
 
     def close(self) -> None: ...

@@ -140,3 +140,13 @@ class ModelIdentity:
         from ragindex.hashing import content_hash
 
         return content_hash(repr(sorted(self.to_dict().items())))[:12]
+
+
+@dataclass(frozen=True)
+class LogRecord:
+    """One record of a `Log` partition; `value` None is a tombstone (delete by key)."""
+
+    partition: int
+    offset: int
+    key: bytes
+    value: bytes | None

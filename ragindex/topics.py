@@ -1,0 +1,32 @@
+"""Names and placement of an index's log topics: pure, shared by the operator and the app.
+
+Names include the RagIndex namespace and name so that two indexes never share a topic, and the
+generation for what a generation owns (DESIGN.md §2):
+- `docs`: the compacted corpus, keyed tenant/source/doc_id, partitioned by key;
+- `chunks.<generation>`: one partition per dense shard, keyed tenant/chunk id;
+- `manifest.<generation>`: the ingest workers' changelog (doc -> chunk ids and hashes), partitioned
+  like `docs`, so a worker taking over a partition on another node rebuilds its manifest.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+PREFIX = "ragindex"
+
+
+def docs_topic(namespace: str, name: str) -> str:
+    return f"{PREFIX}.{namespace}.{name}.docs"
+
+
+def chunks_topic(namespace: str, name: str, generation: str) -> str:
+    return f"{PREFIX}.{namespace}.{name}.chunks.{generation}"
+
+
+def manifest_topic(namespace: str, name: str, generation: str) -> str:
+    return f"{PREFIX}.{namespace}.{name}.manifest.{generation}"
+
+
+def partition_for_key(key: bytes, partitions: int) -> int:
+    """Stable placement of a key (crc32, identical across processes, runs and log backends)."""
+    return zlib.crc32(key) % partitions
