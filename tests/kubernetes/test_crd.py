@@ -130,6 +130,11 @@ def test_every_model_validator_has_a_cel_rule() -> None:
         "autoscaling minReplicas must be <= maxReplicas",
         "reranker.topN must be >= fusion.topK",
         "generator.baseUrl and generator.model are required for openai-compatible",
+        "generator.apiKeySecret and generator.apiKeyEnv are exclusive",
+        "log.minInsyncReplicas must be <= log.replicationFactor",
+        "log.replicationFactor must be <= log.brokers for a managed log",
+        "log.bootstrapServers is required for, and only valid with, external",
+        "log.credentialsSecret is only valid with mode external",
     }
     assert set(crd_module._CEL) <= {"RagIndexSpec", *RagIndexSpec.model_json_schema()["$defs"]}
 
@@ -228,6 +233,34 @@ INVALID: dict[str, tuple[dict[str, Any], list[str]]] = {
     "remote-generator-without-endpoint": (
         {"generator": {"backend": "openai-compatible"}},
         ["spec.generator.baseUrl", "required for openai-compatible"],
+    ),
+    "generator-key-env-and-secret": (
+        {"generator": {"apiKeyEnv": "RAGINDEX_GENERATOR_KEY", "apiKeySecret": "gen"}},
+        ["spec.generator.apiKeySecret", "are exclusive"],
+    ),
+    "log-isr-above-replication": (
+        {"log": {"mode": "managed", "replicationFactor": 2, "minInsyncReplicas": 3}},
+        ["spec.log.minInsyncReplicas", "must be <= log.replicationFactor"],
+    ),
+    "log-replication-above-brokers": (
+        {"log": {"mode": "managed", "brokers": 1}},
+        ["spec.log.replicationFactor", "must be <= log.brokers"],
+    ),
+    "log-external-without-bootstrap": (
+        {"log": {"mode": "external"}},
+        ["spec.log.bootstrapServers", "required for, and only valid with, external"],
+    ),
+    "log-bootstrap-with-managed": (
+        {"log": {"mode": "managed", "bootstrapServers": "kafka:9092"}},
+        ["spec.log.bootstrapServers", "required for, and only valid with, external"],
+    ),
+    "log-credentials-with-managed": (
+        {"log": {"mode": "managed", "credentialsSecret": "kafka-user"}},
+        ["spec.log.credentialsSecret", "only valid with mode external"],
+    ),
+    "log-unknown-mode": (
+        {"log": {"mode": "pulsar"}},
+        ["spec.log.mode", "Unsupported value", "pulsar"],
     ),
     "unknown-field": ({"dense": {"shardz": 3}}, ["unknown field", "spec.dense.shardz"]),
 }
