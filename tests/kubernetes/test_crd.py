@@ -16,6 +16,7 @@ from pydantic import BaseModel, ValidationError
 from ragindex.config import RagIndexSpec
 from ragindex.operator import crd as crd_module
 from ragindex.operator.crd import render_crd, render_crd_yaml
+from ragindex.operator.render import render
 
 REPO = Path(__file__).resolve().parents[2]
 COMMITTED = REPO / "crds" / "ragindex.dev_ragindexes.yaml"
@@ -413,6 +414,49 @@ def test_vendored_crds_enforce_their_schema(kube_cluster, kube_namespace) -> Non
         check=False,
     )
     assert proc.returncode != 0 and "spec.nodeSets[0].count" in proc.stderr
+
+
+EXAMPLE = REPO / "examples" / "ragindex.yaml"
+
+
+@pytest.mark.kubernetes
+def test_rendered_objects_are_admitted_by_the_vendored_crds(kube_cluster, kube_namespace) -> None:
+    """Every object `render` makes for a managed and an external log passes the real API
+    server's validation: Strimzi's Kafka, KafkaNodePool and KafkaTopic schemas, KubeRay's
+    RayService (authOptions, autoscalerOptions), ECK, NetworkPolicy and core kinds."""
+    example = yaml.safe_load(EXAMPLE.read_text())["spec"]
+    external = example | {
+        "log": {"mode": "external", "bootstrapServers": "k:9092", "credentialsSecret": "ku"}
+    }
+    for spec in (example, external):
+        objects = render("adm", kube_namespace, RagIndexSpec.model_validate(spec))
+        stream = "\n---\n".join(json.dumps(o) for o in objects)
+        proc = kube_cluster.kubectl(
+            "apply",
+            "--server-side",
+            "--dry-run=server",
+            "--field-manager=t",
+            "-f",
+            "-",
+            input=stream,
+        )
+        assert proc.stdout.count("serverside-applied") == len(objects), proc.stdout
+    kinds = {o["kind"] for o in render("adm", "x", RagIndexSpec.model_validate(example))}
+    assert {"Kafka", "KafkaNodePool", "KafkaTopic", "NetworkPolicy"} <= kinds
+    # The vendored Strimzi schema is enforced, not merely present.
+    bad = render("adm", kube_namespace, RagIndexSpec.model_validate(example))
+    topic = next(o for o in bad if o["kind"] == "KafkaTopic")
+    topic["spec"]["partitions"] = 0
+    proc = kube_cluster.kubectl(
+        "apply",
+        "--server-side",
+        "--dry-run=server",
+        "-f",
+        "-",
+        input=json.dumps(topic),
+        check=False,
+    )
+    assert proc.returncode != 0 and "spec.partitions" in proc.stderr, proc.stderr
 
 
 @pytest.mark.kubernetes
