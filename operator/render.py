@@ -19,6 +19,7 @@ spec names them (the operator checks their label before applying; see ownership.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import re
@@ -511,7 +512,7 @@ def render_ray_service(
                     # Serve config and reads its status through the head Service on 8265;
                     # the token and the NetworkPolicy are what guard it.
                     "rayStartParams": {"dashboard-host": "0.0.0.0", "num-cpus": "0"},
-                    "template": template(head, [_SA_TOKEN_VOLUME]),
+                    "template": template(head, [copy.deepcopy(_SA_TOKEN_VOLUME)]),
                 },
                 "workerGroupSpecs": workers,
             },
