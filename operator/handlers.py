@@ -59,8 +59,6 @@ from ragindex.operator.status import (
 
 Runtime = Literal["cluster", "local"]
 APPLY_RETRY_S = 5.0
-# A refusal waits on a person (label a Secret, remove a foreign object): retry slowly.
-REFUSED_RETRY_S = 30.0
 
 
 class Refused(Exception):
@@ -87,6 +85,8 @@ class OperatorOptions:
     serve_port: int = 8000
     local_data_root: str = field(default_factory=_default_local_root)
     poll_interval_s: float = 10.0
+    # A refusal (NameConflict, SecretRefused) waits on a person: retried this slowly.
+    refused_retry_s: float = 30.0
     kubeconfig: str | None = None
 
 
@@ -210,7 +210,7 @@ class RagIndexOperator:
                     status, observed_generation=generation, now=_now(), reconcile=verdict
                 ),
             )
-            raise kopf.TemporaryError(f"{e.reason}: {e}", delay=REFUSED_RETRY_S) from e
+            raise kopf.TemporaryError(f"{e.reason}: {e}", delay=self.options.refused_retry_s) from e
         except (ApiError, RuntimeError, OSError) as e:
             verdict = Verdict(False, "ApplyFailed", str(e))
             _write_status(

@@ -20,6 +20,7 @@ import yaml
 from kopf.testing import KopfRunner
 from lightkube import Client, codecs
 from lightkube.core.exceptions import ApiError
+from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import ConfigMap, PersistentVolumeClaim, Secret, Service
 from lightkube.resources.networking_v1 import NetworkPolicy
 from lightkube.types import PatchType
@@ -110,8 +111,11 @@ def client(kube_cluster: Any) -> Iterator[Client]:
 
 @pytest.fixture
 def operator(kube_cluster: Any, kube_namespace: str) -> Iterator[KopfRunner]:
-    """The cluster-runtime operator watching the test's namespace, polling readiness every 1 s."""
-    registry = register(OperatorOptions(runtime="cluster", poll_interval_s=1.0))
+    """The cluster-runtime operator watching the test's namespace, polling readiness every 1 s
+    and retrying a refusal every 2 s."""
+    registry = register(
+        OperatorOptions(runtime="cluster", poll_interval_s=1.0, refused_retry_s=2.0)
+    )
     with KopfRunner(
         ["run", "--standalone", "--namespace", kube_namespace, "--verbose"],
         registry=registry,
@@ -125,7 +129,7 @@ def create_secret(
     client: Client, namespace: str, name: str, labels: dict[str, str] | None = None
 ) -> None:
     secret = Secret(
-        metadata={"name": name, "namespace": namespace, "labels": labels or {}},  # type: ignore[arg-type]
+        metadata=ObjectMeta(name=name, namespace=namespace, labels=labels or {}),
         stringData={"tokens.json": "{}"},
     )
     client.create(secret, namespace=namespace)
@@ -363,7 +367,7 @@ def test_a_name_held_by_a_foreign_object_is_a_condition_and_the_object_is_untouc
 ) -> None:
     ns = kube_namespace
     foreign = ConfigMap(
-        metadata={"name": "clash-config", "namespace": ns, "labels": {"team": "search"}},  # type: ignore[arg-type]
+        metadata=ObjectMeta(name="clash-config", namespace=ns, labels={"team": "search"}),
         data={"owner": "someone else"},
     )
     client.create(foreign, namespace=ns)
@@ -403,11 +407,11 @@ def test_only_a_secret_labelled_for_the_index_is_mounted(
     create_secret(client, ns, "other-tokens", {SECRET_LABEL: "someone-else"})
     # A stray object wearing this index's labels, not owned by it: never pruned.
     stray = ConfigMap(
-        metadata={  # type: ignore[arg-type]
-            "name": "guard-stray",
-            "namespace": ns,
-            "labels": {LABEL_INDEX: "guard", LABEL_MANAGED_BY: "ragindex-operator"},
-        },
+        metadata=ObjectMeta(
+            name="guard-stray",
+            namespace=ns,
+            labels={LABEL_INDEX: "guard", LABEL_MANAGED_BY: "ragindex-operator"},
+        ),
         data={"k": "v"},
     )
     client.create(stray, namespace=ns)

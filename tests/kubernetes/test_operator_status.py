@@ -173,7 +173,7 @@ def test_validate_spec_messages() -> None:
     with pytest.raises(InvalidInput, match="storageSize"):
         validate_spec("idx", {**cluster, "storageSize": "1.5Gi"}, "cluster")
     # The cluster runtime needs a Kafka log and a token Secret; one machine needs neither.
-    with pytest.raises(InvalidInput, match="needs log.mode 'managed'"):
+    with pytest.raises(InvalidInput, match=r"needs log\.mode 'managed'"):
         validate_spec("idx", {"authSecret": "tokens"}, "cluster")
     with pytest.raises(InvalidInput, match="authSecret is required"):
         validate_spec("idx", {"log": {"mode": "managed"}}, "cluster")
