@@ -96,6 +96,15 @@ _CEL: dict[str, list[dict[str, str]]] = {
             "fieldPath": ".credentialsSecret",
             "reason": "FieldValueForbidden",
         },
+        # A transition rule (only the API server sees the old object): Kafka adds partitions
+        # but never removes them, and a shrunk `docs` topic would strand its keys.
+        {
+            "rule": "!has(oldSelf.docsPartitions) || !has(self.docsPartitions)"
+            " || self.docsPartitions >= oldSelf.docsPartitions",
+            "message": "log.docsPartitions cannot decrease (Kafka never removes partitions)",
+            "fieldPath": ".docsPartitions",
+            "reason": "FieldValueForbidden",
+        },
     ],
     "FusionSpec": [
         {

@@ -136,6 +136,8 @@ def test_every_model_validator_has_a_cel_rule() -> None:
         "log.replicationFactor must be <= log.brokers for a managed log",
         "log.bootstrapServers is required for, and only valid with, external",
         "log.credentialsSecret is only valid with mode external",
+        # A transition rule: pydantic never sees the old spec, the API server does.
+        "log.docsPartitions cannot decrease (Kafka never removes partitions)",
     }
     assert set(crd_module._CEL) <= {"RagIndexSpec", *RagIndexSpec.model_json_schema()["$defs"]}
 
@@ -312,6 +314,24 @@ def test_cel_rules_also_guard_updates(kube_cluster, kube_namespace) -> None:
         kube_cluster.kubectl("get", "ragx", "u", "-n", kube_namespace, "-o", "json").stdout
     )
     assert got["spec"]["fusion"]["topK"] == 8
+
+
+@pytest.mark.kubernetes
+def test_docs_partitions_only_grow(kube_cluster, kube_namespace) -> None:
+    spec = {"log": {"mode": "managed", "docsPartitions": 6}}
+    kube_cluster.kubectl(
+        "apply", "--server-side", "-f", "-", input=_ragindex("p", kube_namespace, spec)
+    )
+
+    def patch(partitions: int) -> Any:
+        body = json.dumps({"spec": {"log": {"docsPartitions": partitions}}})
+        return kube_cluster.kubectl(
+            "patch", "ragx", "p", "-n", kube_namespace, "--type=merge", "-p", body, check=False
+        )
+
+    shrink = patch(3)
+    assert shrink.returncode != 0 and "docsPartitions cannot decrease" in shrink.stderr
+    assert patch(8).returncode == 0
 
 
 @pytest.mark.kubernetes
