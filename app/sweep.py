@@ -182,17 +182,72 @@ def sweep(
     }
 
 
+def added_latency(
+    engine: LocalEngine, collection: Collection, base: RagIndexSpec, queries: int = 100
+) -> dict[str, dict[str, Any]]:
+    """Median in-process ms per query of each option against the base, interleaved query by
+    query in one run (so box noise hits both alike): {option: {leg, base_ms, option_ms}}."""
+    options: dict[str, tuple[str, dict[str, Any]]] = {
+        "rm3 (docs=5, terms=10)": (
+            "lexical",
+            {"feedback": {"rm3": {"enabled": True, "docs": 5, "terms": 10}}},
+        ),
+        "rocchio (docs=3)": ("dense", {"feedback": {"rocchio": {"enabled": True, "docs": 3}}}),
+        "weighted fusion": ("hybrid", {"fusion": {"dense_weight": 1.0, "lexical_weight": 0.7}}),
+    }
+    texts = [collection.queries[q].text for q in collection.judged_queries()[:queries]]
+
+    def engine_for(spec: RagIndexSpec) -> QueryEngine:
+        lexical = open_lexical(spec, engine.data_dir, engine.embedder.identity, read_only=True)
+        return QueryEngine(
+            engine.embedder,
+            engine.dense,
+            lexical,
+            engine.store,
+            fusion=spec.fusion,
+            lexical_spec=spec.lexical,
+            rocchio=spec.feedback.rocchio,
+        )
+
+    out: dict[str, dict[str, Any]] = {}
+    plain = engine_for(base)
+    for name, (mode, change) in options.items():
+        variant = engine_for(with_change(base, change))
+        times: dict[str, list[float]] = {"base": [], "option": []}
+        for text in texts:
+            for key, query in (("base", plain), ("option", variant)):
+                start = time.perf_counter()
+                query.search("default", text, k=100, mode=mode)
+                times[key].append((time.perf_counter() - start) * 1000)
+        medians = {k: sorted(v)[len(v) // 2] for k, v in times.items()}
+        out[name] = {
+            "mode": mode,
+            "base_ms": round(medians["base"], 2),
+            "option_ms": round(medians["option"], 2),
+        }
+        variant.lexical.close()
+        print(name, out[name])
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ragindex.app.sweep", description=__doc__)
     parser.add_argument("--spec", type=Path, help="base spec YAML (default: the default spec)")
     parser.add_argument("--json", type=Path, required=True, help="write every variant here")
+    parser.add_argument(
+        "--latency", action="store_true", help="only the interleaved added-latency comparison"
+    )
     args = parser.parse_args(argv)
     base = load_spec(args.spec)
     collection = resolve_collection("cranfield")
     engine = LocalEngine.open(eval_data_dir(collection, base), base)
     try:
         ingest_collection(collection, lambda tenant, docs: engine.ingest.upsert(tenant, docs))
-        out = sweep(engine, collection, base)
+        out = (
+            {"added_latency": added_latency(engine, collection, base)}
+            if args.latency
+            else sweep(engine, collection, base)
+        )
     finally:
         engine.close()
     args.json.write_text(json.dumps(out, indent=2) + "\n")
