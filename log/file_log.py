@@ -184,7 +184,7 @@ class FileLog:
                 for record, pos in _records_from(f, start_pos, partition):
                     if record.offset >= end:
                         return out
-                    if record.offset >= from_offset:
+                    if record.offset >= from_offset and (not out or record.offset > out[-1].offset):
                         out.append(record)
                         self._positions[(topic, partition)] = _ReadPosition(
                             path, inode, record.offset + 1, pos
@@ -421,22 +421,42 @@ class FileLog:
                 for record, _pos in _records_from(f, 0, partition):
                     if record.offset < end:
                         newest[record.key] = record.offset
-        dropped = 0
-        for _, path in found[:-1]:  # the active segment is never rewritten
+        # Sealed segments (never the active one), merged into runs of up to segment_bytes so
+        # that compaction does not leave ever more small files behind. Each run is rewritten
+        # into its first segment (named by the lowest base, so offsets stay where readers look
+        # for them), then the rest of the run is deleted; readers skip offsets they already
+        # returned, so a read that overlaps the rewrite never yields a record twice.
+        dropped, run, run_bytes = 0, [], 0
+        for _, path in found[:-1]:
             with open(path, "rb") as f:
                 records = [r for r, _pos in _records_from(f, 0, partition)]
-            kept = [r for r in records if newest.get(r.key) == r.offset]
-            if len(kept) == len(records):
-                continue
+            kept = [
+                seg.encode(r.offset, r.key, r.value) for r in records if newest[r.key] == r.offset
+            ]
             dropped += len(records) - len(kept)
-            if kept:
-                seg.replace_durably(
-                    path, b"".join(seg.encode(r.offset, r.key, r.value) for r in kept)
-                )
-            else:
-                path.unlink()
-                seg.fsync_dir(path.parent)
+            size = sum(map(len, kept))
+            if run and run_bytes + size > self.segment_bytes:
+                self._rewrite_run(run)
+                run, run_bytes = [], 0
+            run.append((path, kept, len(records)))
+            run_bytes += size
+        if run:
+            self._rewrite_run(run)
         return dropped
+
+    @staticmethod
+    def _rewrite_run(run: list[tuple[Path, list[bytes], int]]) -> None:
+        if len(run) == 1 and len(run[0][1]) == run[0][2]:
+            return  # one segment, nothing dropped
+        first = run[0][0]
+        merged = b"".join(frame for _, kept, _ in run for frame in kept)
+        if merged:
+            seg.replace_durably(first, merged)
+        else:
+            first.unlink()
+        for path, _, _ in run[1:]:
+            path.unlink()
+        seg.fsync_dir(first.parent)
 
     def close(self) -> None:
         with self._mutex:

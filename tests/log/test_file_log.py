@@ -148,16 +148,20 @@ def test_one_writer_per_directory_and_readers_need_no_lock(tmp_path: Path) -> No
 def test_segments_roll_compact_and_truncate_on_disk(tmp_path: Path) -> None:
     log = FileLog(tmp_path, segment_bytes=300)
     log.ensure_topic("t", 1, compacted=True)
-    for i in range(40):  # ten keys, four versions each, many small segments
-        log.append("t", [(0, f"k{i % 10}".encode(), f"v{i}".encode())])
+    for cold in range(20):  # each segment ends up holding one cold key among hot updates
+        log.append("t", [(0, f"cold{cold}".encode(), b"c")])
+        for i in range(10):
+            log.append("t", [(0, b"hot", f"h{cold}.{i}".encode())])
     directory = tmp_path / "t" / "0"
     kept = read_all(log, "t", 0)
-    assert {r.key: r.value for r in kept} == {
-        f"k{i}".encode(): f"v{30 + i}".encode() for i in range(10)
-    }
-    assert len(kept) < 40  # rolling compacted the sealed segments by itself
-    before = len(seg.segments(directory))
-    log.truncate("t", 0, 35)
+    newest = {f"cold{c}".encode(): b"c" for c in range(20)} | {b"hot": b"h19.9"}
+    assert {r.key: r.value for r in kept} == newest
+    assert len(kept) < 60  # rolling compacted the sealed segments by itself...
+    assert len(seg.segments(directory)) <= 6  # ...and merged them: no pile of small files
+    before, end = len(seg.segments(directory)), log.end_offset("t", 0)
+    log.truncate("t", 0, end - 3)
     assert len(seg.segments(directory)) < before
-    assert [r.offset for r in read_all(log, "t", 0, 35)] == [35, 36, 37, 38, 39]
+    assert [r.offset for r in read_all(log, "t", 0, end - 3)] == [
+        r.offset for r in kept if r.offset >= end - 3
+    ]
     log.close()
