@@ -426,7 +426,8 @@ class FileLog:
         # into its first segment (named by the lowest base, so offsets stay where readers look
         # for them), then the rest of the run is deleted; readers skip offsets they already
         # returned, so a read that overlaps the rewrite never yields a record twice.
-        dropped, run, run_bytes = 0, [], 0
+        dropped, run_bytes = 0, 0
+        run: list[tuple[Path, list[bytes], int]] = []
         for _, path in found[:-1]:
             with open(path, "rb") as f:
                 records = [r for r, _pos in _records_from(f, 0, partition)]
