@@ -85,6 +85,7 @@ class KafkaLog:
         if (username is None) != (password is None):
             raise InvalidInput("give both a Kafka username and a password, or neither")
         self.timeout_s = timeout_s
+        self._last_error: str | None = None
         self.replication_factor = replication_factor
         self.topic_config = dict(topic_config or {})
         timeout_ms = int(timeout_s * 1000)
@@ -93,6 +94,7 @@ class KafkaLog:
             "client.id": client_id,
             "socket.timeout.ms": timeout_ms,
             "log_level": 0,  # connection failures surface as errors, not stderr noise
+            "error_cb": self._remember_error,
         }
         if username is not None:
             self._common.update(
@@ -124,10 +126,17 @@ class KafkaLog:
 
     # -- clients ------------------------------------------------------------------------------
 
+    def _remember_error(self, error: KafkaError) -> None:
+        """Client-level errors (e.g. failed SASL authentication) arrive here, not as the
+        exception of the call that then times out: keep the last one for the message."""
+        self._last_error = error.str()
+
     def _unavailable(self, what: str, e: BaseException) -> BackendUnavailable:
+        self._admin.poll(0)  # serve the admin client's queued error callbacks
+        cause = f" (the client reported: {self._last_error})" if self._last_error else ""
         return BackendUnavailable(
             f"Kafka ({self._common['bootstrap.servers']}) could not {what} "
-            f"within {self.timeout_s:.0f}s: {e}"
+            f"within {self.timeout_s:.0f}s: {e}{cause}"
         )
 
     def _producer(self, transactional_id: str) -> Producer:

@@ -12,7 +12,7 @@ import pytest
 
 from ragindex.errors import BackendUnavailable
 from ragindex.log import KafkaLog, WriterFenced
-from ragindex.log.kafka_server import KafkaServer
+from ragindex.log.kafka_server import SASL_USERNAME, KafkaServer
 from ragindex.protocols import Log
 
 from .contract import LogContract, read_all
@@ -121,3 +121,30 @@ def test_broker_down_is_unavailable_quickly_and_writes_resume(kafka_server: Kafk
             time.sleep(1)
     assert [r.key for r in read_all(log, "outage", 0)] == [b"before", b"after"]
     log.close()
+
+
+def test_credentials_reach_a_scram_listener_and_wrong_ones_are_refused(
+    kafka_server: KafkaServer,
+) -> None:
+    """The operator's external mode: SASL username and password from the constructor."""
+    secure = KafkaLog(
+        kafka_server.sasl_bootstrap,
+        username=SASL_USERNAME,
+        password=kafka_server.sasl_password,
+        security_protocol="SASL_PLAINTEXT",
+        timeout_s=5.0,
+    )
+    secure.ensure_topic("sasl.t", 1, compacted=True)
+    offsets = secure.append("sasl.t", [(0, b"k", b"v")])
+    assert [r.offset for r in read_all(secure, "sasl.t", 0)] == offsets
+    secure.close()
+    wrong = KafkaLog(
+        kafka_server.sasl_bootstrap,
+        username=SASL_USERNAME,
+        password="not-the-password",
+        security_protocol="SASL_PLAINTEXT",
+        timeout_s=3.0,
+    )
+    with pytest.raises(BackendUnavailable, match=r"(?i)authentication"):
+        wrong.partitions("sasl.t")
+    wrong.close()
