@@ -144,6 +144,8 @@ class FileLog:
     ) -> list[LogRecord]:
         if max_records < 1:
             raise InvalidInput("max_records must be >= 1")
+        if not isinstance(from_offset, int) or from_offset < 0:
+            raise InvalidInput(f"from_offset must be an int >= 0, got {from_offset!r}")
         deadline = time.monotonic() + max(timeout_s, 0.0)
         while True:
             bounds = self._partition(self._read_state(), topic, partition)

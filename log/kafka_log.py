@@ -151,7 +151,9 @@ class KafkaLog:
                 "acks": "all",
                 "linger.ms": 5,
                 "message.timeout.ms": int(self.timeout_s * 1000),
-                "transaction.timeout.ms": max(60_000, int(self.timeout_s * 2000)),
+                # A writer that dies mid-transaction holds back readers (the LSO) until the
+                # broker aborts it: keep that short, above the delivery timeout it must exceed.
+                "transaction.timeout.ms": int(self.timeout_s * 1000) + 5000,
             }
         )
         try:
