@@ -120,7 +120,9 @@ class Log(Protocol):
         """Committed records at or after `from_offset`, in offset order (offsets may have gaps).
 
         Waits up to `timeout_s` for the first record when none is there yet. Raises
-        OffsetOutOfRange when `from_offset` was compacted or truncated away.
+        OffsetOutOfRange when `from_offset` was compacted or truncated away. Read on from the
+        last record's offset + 1; a reader is caught up when a read returns nothing (Kafka's
+        transaction markers take offsets, so that position may stay below `end_offset`).
         """
         ...
 
