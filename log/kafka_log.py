@@ -264,6 +264,26 @@ class KafkaLog:
                 f"not {partitions} (compacted={compacted})"
             )
 
+    def delete_topic(self, topic: str) -> None:
+        if self._describe(topic) is None:
+            return
+        try:
+            self._admin.delete_topics([topic], operation_timeout=self.timeout_s)[topic].result()
+        except KafkaException as e:
+            error = _error_of(e)
+            if error is None or error.code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise self._unavailable(f"delete topic {topic}", e) from e
+        self._partition_counts.pop(topic, None)
+        with self._mutex:
+            for key in [k for k in self._readers if k[0] == topic]:
+                self._readers.pop(key).consumer.close()
+        deadline = time.monotonic() + self.timeout_s
+        while self._describe(topic) is not None:  # deletion spreads through metadata
+            if time.monotonic() > deadline:
+                raise self._unavailable(f"see topic {topic} deleted", TimeoutError())
+            time.sleep(0.05)
+        self._partition_counts.pop(topic, None)
+
     def partitions(self, topic: str) -> int:
         count = self._describe(topic)
         if count is None:

@@ -79,6 +79,11 @@ class Log(Protocol):
         """Partition count of an existing topic; InvalidInput if there is no such topic."""
         ...
 
+    def delete_topic(self, topic: str) -> None:
+        """Delete the topic and its records (e.g. a retired generation's chunks); nothing if
+        it does not exist."""
+        ...
+
     def append(self, topic: str, records: Sequence[tuple[int, bytes, bytes | None]]) -> list[int]:
         """Append (partition, key, value) records; return their offsets only once durable.
 

@@ -84,6 +84,14 @@ class LogContract:
             log.append(topic, [(0, "k", b"v")])  # type: ignore[list-item]
         assert log.end_offset(topic, 0) == 0  # a refused batch wrote nothing
 
+    def test_delete_topic_removes_records_and_offsets(self, log: Log, topic: str) -> None:
+        log.ensure_topic(topic, 2, compacted=True)
+        log.append_and_commit(topic, [(1, b"k", b"v")], group="g", consumed={(topic, 0): 3})
+        log.delete_topic(topic)
+        log.delete_topic(topic)  # deleting what is gone is no error
+        with pytest.raises(InvalidInput, match="topic"):
+            log.partitions(topic)
+
     # -- append and read --------------------------------------------------------------------
 
     def test_append_returns_increasing_offsets(self, log: Log, topic: str) -> None:
