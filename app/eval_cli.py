@@ -7,6 +7,7 @@ re-ingests nothing (the manifest finds every chunk unchanged) and only replays t
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 from pathlib import Path
@@ -37,8 +38,37 @@ def resolve_collection(name: str) -> Collection:
     return load_collection(cranfield_dir() if name == "cranfield" else Path(name))
 
 
+# The code that decides what an index holds: a change to any of these makes a cached index
+# stale, so the cache key carries a hash of their source as well as the spec.
+INDEX_SHAPING_MODULES = (
+    "ragindex.evals.collections",
+    "ragindex.ingest.parsers",
+    "ragindex.ingest.chunkers",
+    "ragindex.ingest.pipeline",
+    "ragindex.lexical.analysis",
+    "ragindex.lexical.documents",
+    "ragindex.lexical.tantivy_index",
+    "ragindex.models.embedder",
+    "ragindex.shards.partition",
+)
+
+
+def index_code_fingerprint() -> str:
+    """A hash of the source of INDEX_SHAPING_MODULES (chunking, passage text, analyzers,
+    the embedder wrapper, how vectors are stored)."""
+    sources = []
+    for name in INDEX_SHAPING_MODULES:
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.origin is None:
+            raise InvalidInput(f"cannot find the source of {name} to fingerprint it")
+        sources.append(f"{name}\n{Path(spec.origin).read_text(encoding='utf-8')}")
+    return content_hash("\n".join(sources))[:16]
+
+
 def eval_data_dir(collection: Collection, spec: RagIndexSpec) -> Path:
-    key = content_hash(json.dumps(spec.model_dump(mode="json"), sort_keys=True))[:10]
+    """The cached index of a collection, keyed by the spec and the index-shaping code."""
+    spec_json = json.dumps(spec.model_dump(mode="json"), sort_keys=True)
+    key = content_hash(f"{spec_json}\n{index_code_fingerprint()}")[:10]
     return cache_dir() / "eval" / f"{collection.name}-{key}"
 
 
