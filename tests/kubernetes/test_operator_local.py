@@ -48,11 +48,9 @@ def free_port() -> int:
 @pytest.fixture(scope="module")
 def ray_dashboard() -> Iterator[str]:
     """Local Ray with its dashboard (the Serve REST API lives there), on loopback."""
-    try:
-        import ragindex.app.serve_app  # noqa: F401  (Serve imports it by path in the replicas)
-    except ImportError as e:
-        pytest.skip(f"the Serve app ragindex.app.serve_app cannot be imported yet: {e}")
     import ray
+
+    import ragindex.app.serve_app  # noqa: F401  (Serve imports it by path in the replicas)
 
     port = free_port()
     ray.init(
