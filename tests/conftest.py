@@ -61,6 +61,32 @@ def minilm() -> Embedder:
     return load_embedder(RagIndexSpec().embedder)
 
 
+@pytest.fixture(scope="session")
+def tiny_cross_encoder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2-layer BERT sequence classifier, random init, with MiniLM's tokenizer: no quality,
+    but a real cross-encoder (no trained one ships in any package reachable here)."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+
+    from ragindex.models.embedder import resolve_model_path
+
+    out = tmp_path_factory.mktemp("tiny-cross-encoder")
+    tokenizer = AutoTokenizer.from_pretrained(str(resolve_model_path("all-MiniLM-L6-v2")))
+    torch.manual_seed(1234)
+    config = BertConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=512,
+        num_labels=1,
+    )
+    BertForSequenceClassification(config).save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
 def _make_chunk(tenant: str, chunk_id: str, text: str, title: str = "") -> Chunk:
     source, doc_id = ([*chunk_id.split(":"), "d", "0"])[:2]
     return Chunk(tenant, chunk_id, source, doc_id, 0, title, text, "hash")
