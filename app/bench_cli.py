@@ -10,7 +10,6 @@ throwaway local Elasticsearch filled from that index's chunk store.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from collections.abc import Mapping
@@ -21,12 +20,14 @@ from typing import Any
 from ragindex.app.engine import LocalEngine
 from ragindex.app.eval_cli import cache_dir, eval_data_dir
 from ragindex.app.loading import cranfield_dir
+from ragindex.app.output import write_json
 from ragindex.config import RagIndexSpec
 from ragindex.evals.bench_bm25 import bm25_table, copy_chunks, run_bm25_bench, with_synthetic
 from ragindex.evals.collections import Collection, load_cranfield
 from ragindex.evals.runner import DEFAULT_TENANT, ingest_collection
 from ragindex.lexical.elasticsearch_index import ElasticsearchIndex
 from ragindex.lexical.es_server import ES_VERSION, running_elasticsearch
+from ragindex.measure import text_table
 from ragindex.router.query import QueryEngine
 from ragindex.shards.bench import run_filtered_bench
 
@@ -50,14 +51,6 @@ def machine() -> dict[str, Any]:
     }
 
 
-def write_json(path: Path | None, payload: Mapping[str, Any]) -> None:
-    if path is None:
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(payload, indent=2) + "\n")
-    print(f"wrote {path}", file=sys.stderr)
-
-
 def filtered_table(result: Mapping[str, Mapping[str, Any]]) -> str:
     """One row per tenant share of `run_filtered_bench`'s result."""
     header = ["share", "vectors", "search", "recall@10", "p50 ms", "p99 ms"]
@@ -72,11 +65,7 @@ def filtered_table(result: Mapping[str, Mapping[str, Any]]) -> str:
         ]
         for share, row in result.items()
     ]
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    return "\n".join(
-        "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip()
-        for r in [header, *rows]
-    )
+    return text_table(header, rows)
 
 
 def bench_filtered_command(args: argparse.Namespace) -> int:
@@ -86,7 +75,8 @@ def bench_filtered_command(args: argparse.Namespace) -> int:
     print(f"filtered dense search: {args.vectors} vectors, dim {FILTERED_DIM}")
     print(filtered_table(result))
     run = {"vectors": args.vectors, "dim": FILTERED_DIM, "queries": FILTERED_QUERIES, **machine()}
-    write_json(args.json, {**result, "run": run})
+    if args.json:
+        write_json(args.json, {**result, "run": run})
     return 0
 
 
@@ -133,5 +123,6 @@ def bench_bm25_command(args: argparse.Namespace) -> int:
     spec = RagIndexSpec()
     result = bm25_bench(collection, bench_data_dir(collection, spec), spec=spec)
     print(bm25_table(result))
-    write_json(args.json, result)
+    if args.json:
+        write_json(args.json, result)
     return 0

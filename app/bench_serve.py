@@ -25,6 +25,7 @@ import numpy as np
 from ragindex.app.engine import LocalEngine
 from ragindex.config import RagIndexSpec
 from ragindex.errors import InvalidInput
+from ragindex.measure import percentile
 from ragindex.protocols import Embedder, Vectors
 from ragindex.router.auth import create_token
 from ragindex.types import Document
@@ -47,13 +48,6 @@ _WORDS_TEXT = (
     " flutter damping load fatigue crack structure beam shell orbit satellite reentry ablation"
 )
 WORDS = _WORDS_TEXT.split()
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile (q in 0..100) of a non-empty sample."""
-    ordered = sorted(values)
-    rank = max(1, int(np.ceil(q / 100 * len(ordered))))
-    return ordered[rank - 1]
 
 
 def synthetic_text(rng: np.random.Generator, n: int, words: int = 40) -> str:

@@ -29,12 +29,14 @@ from ragindex.app.eval_cli import (
     resolve_collection,
     run_eval,
 )
+from ragindex.app.output import write_json
 from ragindex.config import RagIndexSpec
 from ragindex.errors import InvalidInput
 from ragindex.evals import bench_suite as bs
 from ragindex.evals.collections import Collection
 from ragindex.evals.gate import Tolerances, check_measurement, compare, gate_table
 from ragindex.evals.runner import DEFAULT_TENANT
+from ragindex.measure import markdown_table
 from ragindex.shards.replica import ShardReplica
 from ragindex.shards.sharded import shard_dir
 
@@ -181,14 +183,6 @@ def read_json(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise InvalidInput(f"{path} must hold a JSON object")
     return data
-
-
-def write_json(path: Path, payload: Mapping[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(payload, indent=2) + "\n")
-    tmp.replace(path)
-    print(f"wrote {path}", file=sys.stderr)
 
 
 def _gate_inputs(args: argparse.Namespace) -> tuple[Collection, RagIndexSpec, Path]:
@@ -363,9 +357,10 @@ def bench_suite_command(args: argparse.Namespace) -> int:
         _section(suite, "peers", lambda: _peers(collection, spec, vectors, queries, es_n))
     if "serve" not in skip:
         from ragindex.app.bench_serve import run_bench_serve
+        from ragindex.lexical.es_server import free_port
 
         chunks = int(getattr(args, "serve_chunks", None) or n)
-        _section(suite, "serve", lambda: run_bench_serve(chunks, None, 8011))
+        _section(suite, "serve", lambda: run_bench_serve(chunks, None, free_port()))
     suite["ratios"] = peer_ratios(suite)
     suite["run"]["seconds"] = round(time.perf_counter() - started, 1)
     json_path = Path(getattr(args, "json", None) or DEFAULT_SUITE_JSON)
@@ -531,11 +526,6 @@ def docs_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-
-
 def render_markdown(
     suite: Mapping[str, Any],
     baseline: Mapping[str, Any] | None,
@@ -587,7 +577,7 @@ def render_markdown(
             "",
             "![dense recall vs latency](img/dense_recall_latency.png)",
             "",
-            *_table(
+            *markdown_table(
                 ["efSearch", "recall@10", "p50 ms", "p99 ms"],
                 [
                     [p["ef_search"], p["recall@10"], p["p50_ms"], p["p99_ms"]]
@@ -618,7 +608,7 @@ def render_markdown(
             "",
             "![filtered recall](img/filtered_recall.png)",
             "",
-            *_table(
+            *markdown_table(
                 ["share", "vectors", "search", "recall@10", "p50 ms", "p99 ms"],
                 [
                     [s, r["vectors"], r["search"], r["recall@10"], r["p50_ms"], r["p99_ms"]]
@@ -641,7 +631,7 @@ def render_markdown(
             "",
             "![query stages](img/query_stages.png)",
             "",
-            *_table(
+            *markdown_table(
                 ["stage", "p50 ms", "p99 ms"],
                 [[k, v["p50_ms"], v["p99_ms"]] for k, v in stages.items() if isinstance(v, dict)],
             ),
@@ -666,7 +656,7 @@ def render_markdown(
             md += [
                 "![peers](img/peers.png)",
                 "",
-                *_table(["search", "p50 ms"], list(bars.items())),
+                *markdown_table(["search", "p50 ms"], list(bars.items())),
                 "",
             ]
         knn = peers.get("es_knn", {})
@@ -677,7 +667,7 @@ def render_markdown(
                 f" {knn['vectors']:,} of the same vectors: load {knn['vectors_per_s']:,.0f}"
                 f" vectors/s, force merge {knn['forcemerge_s']} s.",
                 "",
-                *_table(
+                *markdown_table(
                     ["num_candidates", "recall@10", "p50 ms", "p99 ms"],
                     [
                         [p["num_candidates"], p["recall@10"], p["p50_ms"], p["p99_ms"]]
@@ -690,7 +680,7 @@ def render_markdown(
             md += [f"Elasticsearch dense_vector kNN did not run: `{knn['error']}`", ""]
     ratios = suite.get("ratios", {})
     if ratios:
-        md += ["## Ratios", "", *_table(["ratio", "value"], list(ratios.items())), ""]
+        md += ["## Ratios", "", *markdown_table(["ratio", "value"], list(ratios.items())), ""]
     errors = {k: v["error"] for k, v in suite.items() if isinstance(v, dict) and "error" in v}
     errors |= {
         f"peers.{k}": v["error"] for k, v in peers.items() if isinstance(v, dict) and "error" in v
@@ -710,7 +700,7 @@ def render_markdown(
             " check) drops by more than 0.01, or a latency ratio grows by more than 25 %, against"
             " `evals/baseline.json` (rewritten only by `ragindex gate --update-baseline`).",
             "",
-            *_table(
+            *markdown_table(
                 ["leg", *GATED_METRICS, "recall@10"],
                 [
                     [leg, *(m.get(k, "") for k in (*GATED_METRICS, "recall@10"))]
@@ -718,7 +708,7 @@ def render_markdown(
                 ],
             ),
             "",
-            *_table(["latency ratio", "value"], list(baseline["latency_ratios"].items())),
+            *markdown_table(["latency ratio", "value"], list(baseline["latency_ratios"].items())),
             "",
         ]
     return "\n".join(md)

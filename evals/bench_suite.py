@@ -30,6 +30,7 @@ from ragindex.config import DenseSpec, HnswSpec
 from ragindex.errors import InvalidInput
 from ragindex.evals.collections import Collection
 from ragindex.evals.runner import IngestFn, evaluate
+from ragindex.measure import percentiles
 from ragindex.protocols import Vectors
 from ragindex.router.query import QueryEngine, SearchResult
 from ragindex.shards.bench import TopicModel
@@ -84,17 +85,6 @@ def set_threads(threads: int) -> None:
         raise InvalidInput(f"threads must be >= 1, got {threads}")
     faiss.omp_set_num_threads(threads)
     torch.set_num_threads(threads)
-
-
-def percentiles(samples_ms: Sequence[float]) -> dict[str, float]:
-    """p50/p99 in milliseconds of a non-empty sample, and its size."""
-    if not samples_ms:
-        raise InvalidInput("no latency samples")
-    return {
-        "p50_ms": round(float(np.percentile(samples_ms, 50)), 4),
-        "p99_ms": round(float(np.percentile(samples_ms, 99)), 4),
-        "samples": len(samples_ms),
-    }
 
 
 StageFloor = Callable[[str, Vectors, SearchResult], object]

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ragindex.errors import InvalidInput
+from ragindex.measure import text_table
 
 QUALITY_DROP = 0.01
 RATIO_GROWTH = 0.25
@@ -152,7 +153,7 @@ def gate_table(baseline: Mapping[str, Any], current: Mapping[str, Any]) -> str:
     """Baseline and current side by side, one row per gated number."""
     base = check_measurement(baseline, "baseline")
     cur = check_measurement(current, "current run")
-    rows = [["number", "baseline", "current", "delta"]]
+    rows = []
     for leg, metrics in base["quality"].items():
         for metric, value in metrics.items():
             got = cur["quality"].get(leg, {}).get(metric)
@@ -162,10 +163,7 @@ def gate_table(baseline: Mapping[str, Any], current: Mapping[str, Any]) -> str:
         got = cur["latency_ratios"].get(ratio)
         delta = "" if got is None else f"{got / value - 1:+.1%}"
         rows.append([ratio, f"{value:.4f}", _fmt(got), delta])
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    return "\n".join(
-        "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows
-    )
+    return text_table(["number", "baseline", "current", "delta"], rows)
 
 
 def _fmt(value: float | None) -> str:

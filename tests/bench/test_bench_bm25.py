@@ -18,7 +18,6 @@ from ragindex.errors import InvalidInput
 from ragindex.evals.bench_bm25 import (
     bm25_table,
     copy_chunks,
-    percentiles,
     run_bm25_bench,
     with_synthetic,
 )
@@ -84,7 +83,7 @@ def test_report_has_both_legs_on_both_backends(
     for leg in ("bm25", "hybrid"):
         assert set(result[leg]) == {"tantivy", "elasticsearch"}
         for row in result[leg].values():
-            assert row["searches"] == 3 * 2
+            assert row["samples"] == 3 * 2
             assert 0 < row["p50_ms"] <= row["p99_ms"]
         assert result[leg]["elasticsearch"]["ndcg@10"] == pytest.approx(
             result[leg]["tantivy"]["ndcg@10"], abs=0.01
@@ -142,9 +141,3 @@ def test_synthetic_documents_come_from_the_collections_vocabulary(tiny: Collecti
     for bad in (-1, 1.5, True):
         with pytest.raises(InvalidInput, match="synthetic"):
             with_synthetic(tiny, bad)
-
-
-def test_percentiles() -> None:
-    assert percentiles([1.0, 2.0, 3.0]) == {"p50_ms": 2.0, "p99_ms": 2.98, "searches": 3}
-    with pytest.raises(InvalidInput):
-        percentiles([])

@@ -9,7 +9,6 @@ what this test started.
 from __future__ import annotations
 
 import os
-import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +21,7 @@ from lightkube import Client, codecs
 from lightkube.core.exceptions import ApiError
 
 from ragindex.config import RagIndexSpec
+from ragindex.lexical.es_server import free_port
 from ragindex.operator.apply import RagIndex
 from ragindex.operator.handlers import OperatorOptions, register
 from ragindex.operator.local_runtime import app_name
@@ -37,12 +37,6 @@ os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
 os.environ["RAY_AUTH_MODE"] = "disabled"
 
 READY_S = 240.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
