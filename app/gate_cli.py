@@ -345,7 +345,9 @@ def bench_suite_command(args: argparse.Namespace) -> int:
     spec = RagIndexSpec()
     collection = resolve_collection("cranfield")
     started = time.perf_counter()
-    suite: dict[str, Any] = {"run": {**bs.environment(), "threads": threads, "vectors": n}}
+    suite: dict[str, Any] = {
+        "run": {**bs.environment(), "threads": threads, "vectors": n, "command": suite_argv(args)}
+    }
     vectors, queries = bs.synthetic_vectors(n, SUITE_QUERIES)
     _section(suite, "dense_curve", lambda: bs.ef_sweep(vectors, queries, spec.dense))
     from ragindex.shards.bench import run_filtered_bench
@@ -369,7 +371,33 @@ def bench_suite_command(args: argparse.Namespace) -> int:
     for path in render_plots(suite, plots):
         print(f"wrote {path}", file=sys.stderr)
     print(suite_summary(suite))
-    return 0
+    failed = [k for k, v in suite.items() if isinstance(v, dict) and "error" in v]
+    failed += [f"peers.{k}" for k, v in suite.get("peers", {}).items() if "error" in v]
+    missed = suite.get("serve", {}).get("missed_goals", [])
+    for line in missed:
+        print(f"missed goal: serve {line}")
+    if failed:
+        print(f"SUITE FAILED: sections {failed} raised (see the JSON's 'error' entries)")
+        return 1
+    return 1 if getattr(args, "check", False) and missed else 0
+
+
+def suite_argv(args: argparse.Namespace) -> list[str]:
+    """The `ragindex bench suite` command line that reproduces this run (for the docs)."""
+    argv = ["ragindex", "bench", "suite"]
+    for flag, value in (
+        ("--json", getattr(args, "json", None)),
+        ("--plots", getattr(args, "plots", None)),
+        ("--vectors", getattr(args, "vectors", None)),
+        ("--es-vectors", getattr(args, "es_vectors", None)),
+        ("--serve-chunks", getattr(args, "serve_chunks", None)),
+        ("--threads", getattr(args, "threads", None)),
+    ):
+        if value is not None:
+            argv += [flag, str(value)]
+    for skipped in getattr(args, "skip", None) or ():
+        argv += ["--skip", skipped]
+    return argv
 
 
 # --------------------------------------------------------------------------- plots, docs
@@ -538,6 +566,7 @@ def render_markdown(
     with_docs = (
         rel.relative_to(docs_dir.resolve()) if rel.is_relative_to(docs_dir.resolve()) else rel
     )
+    default_suite = suite_path.resolve() == DEFAULT_SUITE_JSON.resolve()
     md = [
         "# Benchmarks",
         "",
@@ -545,8 +574,11 @@ def render_markdown(
         f" (`{with_docs}`); do not edit by hand. Regenerate with:",
         "",
         "```",
-        "ragindex bench suite --json docs/benchmarks.json --plots docs/img --vectors 100000",
-        "ragindex docs",
+        " ".join(run.get("command") or ["ragindex", "bench", "suite"]),
+        "ragindex docs"
+        + (
+            "" if suite_path.resolve() == DEFAULT_SUITE_JSON.resolve() else f" --suite {suite_path}"
+        ),
         "```",
         "",
         f"Ran on {run.get('cores')} cores ({run.get('machine')}, Python {run.get('python')}),"

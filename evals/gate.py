@@ -19,7 +19,9 @@ from ragindex.errors import InvalidInput
 from ragindex.measure import text_table
 
 QUALITY_DROP = 0.01
-RATIO_GROWTH = 0.25
+# Stage ratios have sub-millisecond floors on a shared 2-core box: +50 % is beyond the noise
+# seen between runs, while a 3 ms sleep in a sub-millisecond stage multiplies its ratio.
+RATIO_GROWTH = 0.5
 HNSW_NDCG_GAP = 0.005  # the dense leg in HNSW may lose at most this much nDCG@10 to exact
 # Measurement settings a baseline is only comparable under (the rest are reported, not gated).
 COMPARED_SETTINGS = ("collection", "documents", "queries", "spec")

@@ -6,7 +6,8 @@ interpolated percentile everywhere) and every printed table looks the same.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Literal
 
 import numpy as np
 
@@ -46,3 +47,18 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> l
     """A Markdown table's lines."""
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     return lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+
+
+Goals = Mapping[str, tuple[Literal["<=", ">="], float]]
+
+
+def missed_goals(report: Mapping[str, object], goals: Goals) -> list[str]:
+    """Each goal the report misses (or does not report), said in words; empty when all are met."""
+    missed = []
+    for name, (op, bound) in goals.items():
+        value = report.get(name)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            missed.append(f"{name}: not measured (goal {op} {bound})")
+        elif (value > bound) if op == "<=" else (value < bound):
+            missed.append(f"{name}: {value} misses the goal {op} {bound}")
+    return missed
