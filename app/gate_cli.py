@@ -566,7 +566,6 @@ def render_markdown(
     with_docs = (
         rel.relative_to(docs_dir.resolve()) if rel.is_relative_to(docs_dir.resolve()) else rel
     )
-    default_suite = suite_path.resolve() == DEFAULT_SUITE_JSON.resolve()
     md = [
         "# Benchmarks",
         "",
