@@ -11,6 +11,7 @@ import importlib.util
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 from ragindex.app.engine import LocalEngine, load_spec
 from ragindex.app.loading import cranfield_dir
@@ -18,7 +19,7 @@ from ragindex.config import RagIndexSpec
 from ragindex.errors import InvalidInput
 from ragindex.evals.collections import Collection, cranfield_to_beir, load_collection
 from ragindex.evals.golden import add_judged_query
-from ragindex.evals.runner import evaluate, ingest_collection
+from ragindex.evals.runner import EvalReport, evaluate, ingest_collection
 from ragindex.hashing import content_hash
 from ragindex.types import Document
 
@@ -74,7 +75,7 @@ def eval_data_dir(collection: Collection, spec: RagIndexSpec) -> Path:
 
 def run_eval(
     collection: Collection, spec: RagIndexSpec, data_dir: Path
-) -> tuple[LocalEngine, dict[str, object], object]:
+) -> tuple[LocalEngine, dict[str, Any], EvalReport]:
     """Ingest (incrementally) and evaluate every configured leg; returns engine, JSON, report."""
     engine = LocalEngine.open(data_dir, spec)
 
@@ -102,9 +103,9 @@ def eval_command(args: argparse.Namespace) -> int:
     data_dir = args.data_dir or eval_data_dir(collection, spec)
     engine, payload, report = run_eval(collection, spec, data_dir)
     try:
-        print(report.table())  # type: ignore[attr-defined]
+        print(report.table())
         if args.per_query:
-            report.write_per_query(args.per_query)  # type: ignore[attr-defined]
+            report.write_per_query(args.per_query)
         if args.answers:
             from ragindex.app.answers import answer_eval
 

@@ -39,6 +39,7 @@ from ragindex.shards.sharded import ShardedDenseIndex, shard_dir
 from ragindex.types import Document, ModelIdentity
 
 DEFAULT_EF = (4, 8, 16, 32, 64, 128, 256)
+WARMUP_QUERIES = 10  # run untimed first, and left out of the timed set
 BENCH_TENANT = "bench"
 _UPSERT_BATCH = 5_000
 _VERSIONED = (
@@ -252,10 +253,14 @@ def _recall(found: Iterable[str], truth: set[int]) -> float:
 def _time_recall(
     search: Callable[[Vectors], list[str]], queries: Vectors, truth: list[set[int]]
 ) -> dict[str, float]:
-    for q in queries[:10]:
+    """Recall and latency over the queries after the first WARMUP_QUERIES, which are run
+    untimed to warm caches and never timed."""
+    if len(queries) <= WARMUP_QUERIES:
+        raise InvalidInput(f"need more than {WARMUP_QUERIES} queries (the warm-up)")
+    for q in queries[:WARMUP_QUERIES]:
         search(q[None, :])
     latencies, recalls = [], []
-    for q, t in zip(queries, truth, strict=True):
+    for q, t in zip(queries[WARMUP_QUERIES:], truth[WARMUP_QUERIES:], strict=True):
         start = time.perf_counter()
         found = search(q[None, :])
         latencies.append((time.perf_counter() - start) * 1000)
@@ -297,7 +302,8 @@ def ef_sweep(
     return {
         "vectors": len(vectors),
         "dim": int(vectors.shape[1]),
-        "queries": len(queries),
+        "queries": len(queries) - WARMUP_QUERIES,
+        "warmup_queries": WARMUP_QUERIES,
         "shards": dense.shards,
         "m": dense.hnsw.m,
         "ef_construction": dense.hnsw.ef_construction,
@@ -317,10 +323,11 @@ def stage_latency(
     """Per-stage p50/p99 of hybrid searches through the query path (the engine's own
     `timings_ms`), the whole search, and, when given, each dense shard searched alone with the
     same query vector and candidate depth."""
-    if not queries:
-        raise InvalidInput("stage_latency needs queries")
-    for q in queries[:10]:
+    if len(queries) <= WARMUP_QUERIES:
+        raise InvalidInput(f"stage_latency needs more than {WARMUP_QUERIES} queries")
+    for q in queries[:WARMUP_QUERIES]:
         engine.search(tenant, q, k=k, mode="hybrid")
+    queries = queries[WARMUP_QUERIES:]
     stages: dict[str, list[float]] = {}
     total: list[float] = []
     for q in queries:

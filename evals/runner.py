@@ -27,7 +27,7 @@ from ragindex.measure import text_table
 from ragindex.types import Document, validate_tenant
 
 SearchFn = Callable[[str, str, int, str], Sequence[tuple[str, str]]]
-IngestFn = Callable[[str, list[Document]], None]
+IngestFn = Callable[[str, list[Document]], object]  # what it returns is not used
 
 LEGS = ("bm25", "dense", "hybrid", "rerank")
 DEFAULT_LEGS = ("bm25", "dense", "hybrid")
