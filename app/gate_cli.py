@@ -91,7 +91,7 @@ def gate_measure(
             engine.query,
             DEFAULT_TENANT,
             texts,
-            stage_floors(engine, vectors[DEFAULT_TENANT][1]),
+            stage_floors(engine, engine.dense.live_vectors(DEFAULT_TENANT)[1]),
             repeats=repeats,
         )
     finally:
@@ -540,6 +540,11 @@ def docs_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _sizes(run: Mapping[str, Any]) -> dict[str, Any]:
+    """The suite options an older JSON (from before the command was recorded) still tells."""
+    return {"vectors": run.get("vectors"), "threads": run.get("threads")}
+
+
 def render_markdown(
     suite: Mapping[str, Any],
     baseline: Mapping[str, Any] | None,
@@ -559,7 +564,7 @@ def render_markdown(
         f" (`{with_docs}`); do not edit by hand. Regenerate with:",
         "",
         "```",
-        " ".join(run.get("command") or ["ragindex", "bench", "suite"]),
+        " ".join(run.get("command") or suite_argv(argparse.Namespace(**_sizes(run)))),
         "ragindex docs"
         + (
             "" if suite_path.resolve() == DEFAULT_SUITE_JSON.resolve() else f" --suite {suite_path}"
@@ -695,7 +700,7 @@ def render_markdown(
             ]
         elif "error" in knn:
             md += [f"Elasticsearch dense_vector kNN did not run: `{knn['error']}`", ""]
-    ratios = suite.get("ratios", {})
+    ratios = peer_ratios(suite)  # recomputed, so a JSON from an older run shows today's rules
     if ratios:
         md += [
             "## Ratios to the in-process floor",
