@@ -1,5 +1,6 @@
-"""Fixtures shared by several test areas: one Elasticsearch server, the packaged MiniLM,
-Cranfield as chunks, and a BM25 quality probe; and the rule that skips fail in CI.
+"""Fixtures shared by several test areas: one Elasticsearch server, one Kafka broker, the
+packaged MiniLM, Cranfield as chunks, and a BM25 quality probe; and the rule that skips fail
+in CI.
 
 Each area's own conftest adds the servers it needs; what more than one area uses lives here.
 The shared data is found by one rule, the CLI's (`ragindex.app.loading.cranfield_dir`:
@@ -20,6 +21,7 @@ from ragindex.errors import InvalidInput
 from ragindex.evals.collections import Collection, load_cranfield
 from ragindex.evals.metrics import ndcg_at_k
 from ragindex.lexical.es_server import EsServer, start_elasticsearch
+from ragindex.log.kafka_server import KafkaServer, start_kafka
 from ragindex.models.embedder import load_embedder
 from ragindex.protocols import Embedder, LexicalIndex
 from ragindex.types import Chunk
@@ -46,6 +48,18 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 def es_server() -> Iterator[EsServer]:
     """A real Elasticsearch on loopback, started once per session by the tests that ask."""
     server = start_elasticsearch()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_server() -> Iterator[KafkaServer]:
+    """A real one-node Kafka (KRaft) on loopback, started once per session by the tests that ask.
+
+    Tests that stop the broker (`stop_broker()`) must start it again (`start_broker()`)."""
+    server = start_kafka()
     try:
         yield server
     finally:
