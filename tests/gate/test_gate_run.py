@@ -132,7 +132,7 @@ def test_worse_passage_text_fails_though_a_warm_cache_is_present(
 
 
 def test_fingerprint_follows_the_source_of_index_shaping_modules(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, slice_collection: Collection
 ) -> None:
     module = tmp_path / "shaping_probe.py"
     module.write_text("def passage(c):\n    return c\n")
@@ -143,10 +143,9 @@ def test_fingerprint_follows_the_source_of_index_shaping_modules(
     module.write_text("def passage(c):\n    return c[:3]\n")
     assert eval_cli.index_code_fingerprint() != before
     spec = RagIndexSpec()
-    collection = Collection("x", {}, {}, {})
-    keyed = eval_cli.eval_data_dir(collection, spec)
+    keyed = eval_cli.eval_data_dir(slice_collection, spec)
     module.write_text("def passage(c):\n    return c[:4]\n")
-    assert eval_cli.eval_data_dir(collection, spec) != keyed
+    assert eval_cli.eval_data_dir(slice_collection, spec) != keyed
 
 
 def test_cli_exit_codes(
