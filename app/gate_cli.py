@@ -728,7 +728,7 @@ def render_markdown(
             "`ragindex gate` fails when nDCG@10 or recall@100 of any leg drops by more than"
             " 0.01; when the dense leg rebuilt in HNSW (exact_threshold 0, the spec's efSearch)"
             " loses more than 0.005 nDCG@10 to exact search; when a query-path stage's latency"
-            " ratio to its own in-process floor grows by more than 50 %; or when the baseline"
+            " ratio to its own in-process floor more than doubles; or when the baseline"
             " was measured on another spec or corpus. Its cached index is keyed by the spec and"
             " a hash of the index-shaping code. Baseline: `evals/baseline.json` (rewritten only"
             " by `ragindex gate --update-baseline`).",

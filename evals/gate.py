@@ -19,9 +19,10 @@ from ragindex.errors import InvalidInput
 from ragindex.measure import text_table
 
 QUALITY_DROP = 0.01
-# Stage ratios have sub-millisecond floors on a shared 2-core box: +50 % is beyond the noise
-# seen between runs, while a 3 ms sleep in a sub-millisecond stage multiplies its ratio.
-RATIO_GROWTH = 0.5
+# Stage ratios have sub-millisecond floors on a shared 2-core box: the dense ratio moved +77 %
+# between two Cranfield runs at load average 28, while a 3 ms sleep in a sub-millisecond stage
+# multiplies its ratio (x4.7 for dense, x13 for fetch); so a ratio may double, not more.
+RATIO_GROWTH = 1.0
 HNSW_NDCG_GAP = 0.005  # the dense leg in HNSW may lose at most this much nDCG@10 to exact
 # Measurement settings a baseline is only comparable under (the rest are reported, not gated).
 COMPARED_SETTINGS = ("collection", "documents", "queries", "spec")

@@ -4,7 +4,7 @@ fetch, HNSW at a tiny efSearch, a disabled leg).
 
 Slowdowns are injected (mocks inject faults only): a 3 ms sleep in front of a stage that
 takes well under a millisecond on the slice multiplies its ratio to its floor, far beyond the
-gate's +50 %, so these checks do not depend on the box being quiet.
+gate's +100 %, so these checks do not depend on the box being quiet.
 """
 
 from __future__ import annotations
