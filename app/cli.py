@@ -134,6 +134,9 @@ def cmd_render(args: argparse.Namespace) -> int:
     return 0
 
 
+CHECK_HELP = "exit 1 when a goal of this benchmark is missed (CI uses it)"
+
+
 def _lazy(module: str, function: str) -> Callable[[argparse.Namespace], int]:
     """Resolve a command's implementation only when it runs (keeps start-up light)."""
 
@@ -207,16 +210,19 @@ def build_parser() -> argparse.ArgumentParser:
     b = bench.add_parser("filtered", help="tenant-filtered dense recall and latency")
     b.add_argument("--vectors", type=int, default=100_000)
     b.add_argument("--json", type=Path)
+    b.add_argument("--check", action="store_true", help=CHECK_HELP)
     b.set_defaults(run=_lazy("ragindex.app.bench_cli", "bench_filtered_command"))
     b = bench.add_parser("serve", help="HTTP vs in-process search, freshness, ingest throughput")
     b.add_argument("--chunks", type=int, default=100_000)
     b.add_argument("--json", type=Path)
     b.add_argument("--data-dir", type=Path)
     b.add_argument("--port", type=int, default=8011)
+    b.add_argument("--check", action="store_true", help=CHECK_HELP)
     b.set_defaults(run=_lazy("ragindex.app.serve_cli", "bench_serve_command"))
     b = bench.add_parser("bm25", help="BM25 on Elasticsearch vs the embedded backend")
     b.add_argument("--json", type=Path)
     b.add_argument("--synthetic", type=int, default=0, help="extra synthetic documents")
+    b.add_argument("--check", action="store_true", help=CHECK_HELP)
     b.set_defaults(run=_lazy("ragindex.app.bench_cli", "bench_bm25_command"))
     b = bench.add_parser("suite", help="every benchmark in one run: JSON, PNG plots, peers")
     b.add_argument("--json", type=Path, help="default docs/benchmarks.json")
@@ -226,6 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--serve-chunks", type=int, help="HTTP benchmark size (default --vectors)")
     b.add_argument("--threads", type=int, default=1, help="FAISS and torch threads")
     b.add_argument("--skip", action="append", choices=["es", "serve"], default=[])
+    b.add_argument("--check", action="store_true", help=CHECK_HELP)
     b.set_defaults(run=_lazy("ragindex.app.gate_cli", "bench_suite_command"))
 
     p = sub.add_parser("gate", help="release gate: Cranfield + benchmark ratios vs a baseline")
