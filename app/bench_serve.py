@@ -30,7 +30,7 @@ from ragindex.router.auth import create_token
 from ragindex.types import Document
 
 if TYPE_CHECKING:  # Ray is imported only when the benchmark runs
-    from ragindex.app.serve_app import LocalQuerySide
+    from ragindex.app.serve.query_side import LocalQuerySide
 
 TENANT = "bench"
 LOAD_BATCH = 2_000
@@ -185,7 +185,7 @@ def api_ingest_rate(client: httpx.Client, texts: list[str]) -> float:
 def run_bench_serve(chunks: int, data_dir: Path | None, port: int) -> dict[str, Any]:
     """Load, start Serve, then measure each pair (HTTP / in-process search, API / raw embedder
     ingest) while the app runs, so both sides of a ratio share the machine's load."""
-    from ragindex.app.serve_app import LocalQuerySide
+    from ragindex.app.serve.query_side import LocalQuerySide
     from ragindex.app.serve_cli import start_local, stop_local
     from ragindex.models.embedder import load_embedder
 

@@ -22,7 +22,7 @@ import yaml
 from ragindex.config import AutoscalingSpec, RagIndexSpec
 
 Runtime = Literal["local", "cluster"]
-APP_IMPORT_PATH = "ragindex.app.serve_app:build_app"
+APP_IMPORT_PATH = "ragindex.app.serve:build_app"
 
 # Environment the operator sets on cluster pods and the Serve app reads.
 ES_USERNAME_ENV = "RAGINDEX_ES_USERNAME"

@@ -40,7 +40,7 @@ def test_read_only_tantivy_follows_the_writer(tmp_path: Path) -> None:
 def test_lexical_reader_opens_after_the_stamp_and_follows_the_writer(tmp_path: Path) -> None:
     """The cluster Lexical deployment's path: identity from the stamp, backend from the spec."""
     from ragindex.app.engine import check_stamp, open_lexical
-    from ragindex.app.serve_app import reload_lexical, stamped_identity
+    from ragindex.app.serve.query_side import reload_lexical, stamped_identity
     from ragindex.config import RagIndexSpec
     from ragindex.types import ModelIdentity
 
