@@ -53,9 +53,12 @@ class DataPlaneTopics:
 
 
 def owned_partitions(rank: int, workers: int, partitions: int) -> list[int]:
-    """The `docs` partitions worker `rank` of `workers` consumes (at most one worker each)."""
-    if not 0 <= rank < workers:
-        raise ValueError(f"rank {rank} is not in 0..{workers - 1}")
+    """The `docs` partitions worker `rank` of `workers` consumes (at most one worker each);
+    a replica ranked beyond `workers` (scaled up for writes) consumes none."""
+    if rank < 0 or workers < 1:
+        raise ValueError(f"rank {rank} / workers {workers}: need rank >= 0 and workers >= 1")
+    if rank >= workers:
+        return []
     return [p for p in range(partitions) if p % workers == rank]
 
 

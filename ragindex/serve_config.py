@@ -132,8 +132,20 @@ def render_serve_config(
     host: str = "0.0.0.0",
     port: int = 8000,
     route_prefix: str = "/",
+    namespace: str | None = None,
 ) -> dict[str, Any]:
-    """The full Serve config (ServeDeploySchema shape) for one RagIndex application."""
+    """The full Serve config (ServeDeploySchema shape) for one RagIndex application.
+
+    `namespace` (the RagIndex's) names the index's log topics with `name`.
+    """
+    args: dict[str, Any] = {
+        "spec": spec.model_dump(mode="json", by_alias=True),
+        "name": name,
+        "data_dir": data_dir,
+        "runtime": runtime,
+    }
+    if namespace is not None:
+        args["namespace"] = namespace
     return {
         "proxy_location": "EveryNode",
         "http_options": {"host": host, "port": port},
@@ -142,12 +154,7 @@ def render_serve_config(
                 "name": name,
                 "route_prefix": route_prefix,
                 "import_path": APP_IMPORT_PATH,
-                "args": {
-                    "spec": spec.model_dump(mode="json", by_alias=True),
-                    "name": name,
-                    "data_dir": data_dir,
-                    "runtime": runtime,
-                },
+                "args": args,
                 "deployments": deployment_layout(spec, runtime),
             }
         ],

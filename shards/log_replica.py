@@ -135,7 +135,8 @@ class LogShardReplica:
 
     def get_chunks(self, tenant_id: str, chunk_ids: Sequence[str]) -> dict[str, Chunk]:
         mine = self.texts.get(tenant_id, {})
-        return {cid: mine[cid] for cid in chunk_ids if cid in mine}
+        found = {cid: mine.get(cid) for cid in chunk_ids}  # .get: the views thread may delete
+        return {cid: c for cid, c in found.items() if c is not None}
 
     def count(self, tenant_id: str) -> int:
         return self.shard.count(tenant_id)

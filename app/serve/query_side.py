@@ -1,15 +1,16 @@
-"""The Router's query path: in-process over co-located replicas (local), or over handles (cluster).
+"""The Router's query path: in-process over co-located views (local), or over handles (cluster).
 
-- local: the Router replica holds the whole query path in-process (query embedder, one
-  ShardReplica per dense shard tailing that shard's WAL, a tantivy reader, chunk-store reads)
-  and catches up every REFRESH_S, far inside the freshness bound.
-- cluster: the Router fans out through handles to Shard<i>, Lexical, QueryEmbedder (batched)
-  and Reranker deployments.
+- local: the Router replica holds the whole query path in-process: the query embedder, one
+  LogShardReplica per dense shard and its own BM25 view (tantivy), all materialized from
+  `chunks.<generation>` into this replica's node-local directory and caught up every
+  REFRESH_S, far inside the freshness bound. Hits get their text from the shard replicas.
+- cluster: the Router fans out through handles to Shard<i> (vectors and their chunks' text),
+  Lexical (the BM25 view), QueryEmbedder (batched) and Reranker deployments.
 """
 
 from __future__ import annotations
 
-import json
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,26 +19,35 @@ from typing import Any
 from ray.serve.handle import DeploymentHandle
 
 from ragindex.app.answers import answer_service
-from ragindex.app.engine import STAMP, open_lexical
+from ragindex.app.engine import open_lexical
+from ragindex.app.serve.data_plane import open_log, plane_topics
 from ragindex.app.serve.pools import RemoteEmbedder, RemoteReranker
 from ragindex.app.serve.threads import limit_threads
 from ragindex.config import RagIndexSpec
 from ragindex.errors import BackendUnavailable, InvalidInput
-from ragindex.ingest.store import ChunkStore
+from ragindex.hashing import shard_for
+from ragindex.lexical.view import LexicalView
 from ragindex.models.embedder import load_embedder
 from ragindex.models.reranker import load_reranker
-from ragindex.protocols import Embedder, LexicalIndex, Vectors
+from ragindex.protocols import Embedder, Log, Vectors
 from ragindex.router.answer import Answer, AnswerService
 from ragindex.router.query import QueryEngine, SearchResult
-from ragindex.shards import ShardReplica
-from ragindex.shards.sharded import shard_dir
-from ragindex.types import ModelIdentity, ScoredId
+from ragindex.shards.log_replica import LogShardReplica
+from ragindex.types import Chunk, ModelIdentity, ScoredId
 
 
 def merge_by_score(results: Sequence[Sequence[ScoredId]], k: int) -> list[ScoredId]:
     """Top-k of several shards' hits by score (ties by chunk id), as ShardedDenseIndex does."""
     hits = [h for shard_hits in results for h in shard_hits]
     return sorted(hits, key=lambda h: (-h.score, h.chunk_id))[:k]
+
+
+def by_shard(tenant_id: str, chunk_ids: Sequence[str], shards: int) -> dict[int, list[str]]:
+    """Chunk ids grouped by the shard that holds them (and their text)."""
+    groups: dict[int, list[str]] = {}
+    for cid in chunk_ids:
+        groups.setdefault(shard_for(tenant_id, cid, shards), []).append(cid)
+    return groups
 
 
 class _ReadOnlyDense:
@@ -51,11 +61,11 @@ class _ReadOnlyDense:
 
 
 class ReplicaDenseIndex(_ReadOnlyDense):
-    """The dense leg over read replicas of every shard (DenseIndex protocol, read-only)."""
+    """The dense leg and chunk lookup over this process's replicas of every shard."""
 
-    def __init__(self, replicas: list[ShardReplica]) -> None:
+    def __init__(self, replicas: list[LogShardReplica], identity: ModelIdentity) -> None:
         self.replicas = replicas
-        self.identity = replicas[0].identity
+        self.identity = identity
 
     def search(
         self, query_vector: Vectors, top_k: int, tenant_id: str, identity: ModelIdentity
@@ -64,97 +74,133 @@ class ReplicaDenseIndex(_ReadOnlyDense):
             [r.search(query_vector, top_k, tenant_id, identity) for r in self.replicas], top_k
         )
 
+    def get_chunks(self, tenant_id: str, chunk_ids: Sequence[str]) -> dict[str, Chunk]:
+        found: dict[str, Chunk] = {}
+        for shard, ids in by_shard(tenant_id, chunk_ids, len(self.replicas)).items():
+            found.update(self.replicas[shard].get_chunks(tenant_id, ids))
+        return found
+
     def catch_up(self) -> int:
         return sum(r.catch_up() for r in self.replicas)
 
     def count(self, tenant_id: str) -> int:
-        return sum(r.shard.count(tenant_id) for r in self.replicas)
+        return sum(r.count(tenant_id) for r in self.replicas)
+
+    def documents(self, tenant_id: str) -> int:
+        return len(set().union(*(r.documents(tenant_id) for r in self.replicas)))
 
     def offsets(self) -> list[int]:
         return [r.offset for r in self.replicas]
 
 
-def reload_lexical(index: LexicalIndex) -> None:
-    """See the writer's latest commits: tantivy readers reload; Elasticsearch refreshes itself."""
-    reload = getattr(index, "reload", None)
-    if reload is not None:
-        reload()
+class SerializedEmbedder:
+    """One model call at a time: searches and answers run on several threads, and a fast
+    tokenizer refuses concurrent use ("Already borrowed")."""
+
+    def __init__(self, embedder: Embedder) -> None:
+        self._embedder = embedder
+        self._lock = threading.Lock()
+        self.identity = embedder.identity
+        self.max_seq_length = embedder.max_seq_length
+
+    def embed_passages(self, texts: Sequence[str]) -> Vectors:
+        with self._lock:
+            return self._embedder.embed_passages(texts)
+
+    def embed_queries(self, texts: Sequence[str]) -> Vectors:
+        with self._lock:
+            return self._embedder.embed_queries(texts)
+
+    def count_tokens(self, text: str) -> int:
+        with self._lock:
+            return self._embedder.count_tokens(text)
 
 
-def stamped_identity(data_dir: Path) -> ModelIdentity | None:
-    """The embedder identity the writer stamped on the data dir, or None before it has."""
-    path = data_dir / STAMP
-    if not path.exists():
-        return None
-    return ModelIdentity.from_dict(json.loads(path.read_text())["identity"])
-
-
-def index_exists(data_dir: Path, num_shards: int) -> bool:
-    """Whether the writer has created every shard's snapshot (readers open after it)."""
-    dense = data_dir / "dense"
-    return all(
-        (shard_dir(dense, i) / "snapshot" / "manifest.json").exists() for i in range(num_shards)
-    )
+def open_bm25_view(
+    spec: RagIndexSpec, log_: Log, topic: str, directory: Path, identity: ModelIdentity
+) -> LexicalView:
+    """This replica's BM25 view: its own tantivy index, or the shared Elasticsearch alias."""
+    index = open_lexical(spec, directory, identity)
+    return LexicalView(log_, topic, spec.dense.shards, index, directory / "bm25-offsets.json")
 
 
 class LocalQuerySide:
     """Everything a local Router replica reads, owned by its worker thread."""
 
-    def __init__(self, spec: RagIndexSpec, data_dir: Path) -> None:
+    def __init__(
+        self, spec: RagIndexSpec, data_dir: Path, name: str, namespace: str, directory: Path
+    ) -> None:
         self.spec = spec
         self.data_dir = data_dir
+        self.directory = directory
+        self.topics = plane_topics(spec, name, namespace)
         self.engine: QueryEngine | None = None
         self.dense: ReplicaDenseIndex | None = None
-        self.lexical: LexicalIndex | None = None
-        self.store: ChunkStore | None = None
+        self.view: LexicalView | None = None
         self.embedder: Embedder | None = None
         self.answers: AnswerService | None = None
+        self.log: Log | None = None
         self.refreshed_at = 0.0
 
     def load_models(self) -> None:
         limit_threads()
-        self.embedder = load_embedder(self.spec.embedder)
+        self.embedder = SerializedEmbedder(load_embedder(self.spec.embedder))
 
     def try_open(self) -> bool:
-        """Open the readers once the writer has created the index; False until then."""
+        """Open the views once Ingest has created the topics; False until then."""
         if self.engine is not None:
             return True
-        if self.embedder is None or not index_exists(self.data_dir, self.spec.dense.shards):
+        if self.embedder is None:
             return False
-        dense_root = self.data_dir / "dense"
+        log_ = self.log or open_log(self.data_dir)
+        self.log = log_
+        try:
+            log_.partitions(self.topics.chunks)
+        except InvalidInput:
+            return False
+        identity = self.embedder.identity
         replicas = [
-            ShardReplica(
-                shard_dir(dense_root, i), self.spec.dense.hnsw, self.spec.dense.exact_threshold
+            LogShardReplica(
+                log_,
+                self.topics.chunks,
+                i,
+                self.directory / f"shard-{i:03d}",
+                identity,
+                self.spec.dense.hnsw,
+                self.spec.dense.exact_threshold,
             )
             for i in range(self.spec.dense.shards)
         ]
-        self.dense = ReplicaDenseIndex(replicas)
-        self.lexical = open_lexical(
-            self.spec, self.data_dir, self.embedder.identity, read_only=True
-        )
-        self.store = ChunkStore(self.data_dir / "store.sqlite")
+        self.dense = ReplicaDenseIndex(replicas, identity)
+        self.view = open_bm25_view(self.spec, log_, self.topics.chunks, self.directory, identity)
         reranker = load_reranker(self.spec.reranker) if self.spec.reranker.enabled else None
         self.engine = QueryEngine(
             self.embedder,
             self.dense,
-            self.lexical,
-            self.store,
+            self.view.index,
+            self.dense,
             fusion=self.spec.fusion,
             lexical_spec=self.spec.lexical,
             reranker=reranker,
             reranker_spec=self.spec.reranker,
         )
-        self.refreshed_at = time.monotonic()
+        self.refresh()
         return True
 
     def refresh(self) -> None:
-        """Apply what the writer logged and committed since the last call."""
+        """Apply what `chunks.<generation>` has beyond each view's offset."""
         if not self.try_open():
             return
-        assert self.dense is not None and self.lexical is not None
+        assert self.dense is not None and self.view is not None
         self.dense.catch_up()
-        reload_lexical(self.lexical)
+        self.view.catch_up()
         self.refreshed_at = time.monotonic()
+
+    def progress(self) -> dict[str, list[int]]:
+        """Chunk offsets every view of this replica has applied (for read-your-writes)."""
+        if self.dense is None or self.view is None:
+            return {"dense": [0] * self.spec.dense.shards, "lexical": [0] * self.spec.dense.shards}
+        return {"dense": self.dense.offsets(), "lexical": list(self.view.offsets)}
 
     def search(
         self, tenant_id: str, query: str, k: int | None, mode: str, rerank: bool | None
@@ -171,25 +217,28 @@ class LocalQuerySide:
         return self.answers.answer(tenant_id, question, k)
 
     def stats(self, tenant_id: str) -> dict[str, Any]:
-        if self.dense is None or self.store is None or self.lexical is None:
+        if self.dense is None or self.view is None:
             raise BackendUnavailable("the index is still opening; retry shortly")
+        vectors = self.dense.count(tenant_id)
         return {
             "tenant": tenant_id,
-            "chunks": self.store.count(tenant_id),
-            "documents": len(self.store.documents(tenant_id)),
-            "dense_vectors": self.dense.count(tenant_id),
-            "lexical_docs": self.lexical.count(tenant_id),
+            "chunks": vectors,
+            "documents": self.dense.documents(tenant_id),
+            "dense_vectors": vectors,
+            "lexical_docs": self.view.index.count(tenant_id),
             "shards": self.spec.dense.shards,
-            "wal_offsets": self.dense.offsets(),
             "staleness_s": round(time.monotonic() - self.refreshed_at, 3),
             "freshness_bound_s": self.spec.freshness_s,
         }
 
     def close(self) -> None:
-        if self.lexical is not None:
-            self.lexical.close()
-        if self.store is not None:
-            self.store.close()
+        if self.dense is not None:
+            for replica in self.dense.replicas:
+                replica.snapshot()  # a restart replays only what came after
+        if self.view is not None:
+            self.view.index.close()
+        if self.log is not None:
+            self.log.close()
 
 
 class RemoteDenseIndex(_ReadOnlyDense):
@@ -205,9 +254,23 @@ class RemoteDenseIndex(_ReadOnlyDense):
         pending = [s.search.remote(query_vector, top_k, tenant_id, identity) for s in self.shards]
         return merge_by_score([p.result() for p in pending], top_k)
 
+    def get_chunks(self, tenant_id: str, chunk_ids: Sequence[str]) -> dict[str, Chunk]:
+        pending = [
+            self.shards[shard].get_chunks.remote(tenant_id, ids)
+            for shard, ids in by_shard(tenant_id, chunk_ids, len(self.shards)).items()
+        ]
+        found: dict[str, Chunk] = {}
+        for p in pending:
+            found.update(p.result())
+        return found
+
     def count(self, tenant_id: str) -> int:
         pending = [s.count.remote(tenant_id) for s in self.shards]
         return sum(int(p.result()) for p in pending)
+
+    def documents(self, tenant_id: str) -> int:
+        pending = [s.documents.remote(tenant_id) for s in self.shards]
+        return len(set().union(*(p.result() for p in pending)))
 
 
 class RemoteLexical:
@@ -215,10 +278,10 @@ class RemoteLexical:
         self.handle = handle
 
     def upsert(self, chunks: Sequence[Any]) -> None:
-        raise InvalidInput("the Lexical deployment is a reader; send writes to Ingest")
+        raise InvalidInput("the Lexical deployment is a view of the log; send writes to Ingest")
 
     def delete(self, tenant_id: str, chunk_ids: Sequence[str]) -> None:
-        raise InvalidInput("the Lexical deployment is a reader; send writes to Ingest")
+        raise InvalidInput("the Lexical deployment is a view of the log; send writes to Ingest")
 
     def search(self, query: str, top_k: int, tenant_id: str) -> list[ScoredId]:
         return self.handle.search.remote(query, top_k, tenant_id).result()
@@ -236,23 +299,23 @@ class ClusterQuerySide:
     def __init__(
         self,
         spec: RagIndexSpec,
-        data_dir: Path,
         embedder: RemoteEmbedder,
         shards: list[DeploymentHandle],
         lexical: DeploymentHandle,
         reranker: DeploymentHandle | None,
     ) -> None:
         self.spec = spec
+        self.shards = shards
+        self.lexical_handle = lexical
         self.dense = RemoteDenseIndex(shards, embedder.identity)
         self.lexical = RemoteLexical(lexical)
-        self.store = ChunkStore(data_dir / "store.sqlite")
         self.answers: AnswerService | None = None
         self.embedder = embedder
         self.engine = QueryEngine(
             embedder,
             self.dense,
             self.lexical,
-            self.store,
+            self.dense,
             fusion=spec.fusion,
             lexical_spec=spec.lexical,
             reranker=RemoteReranker(reranker) if reranker is not None else None,
@@ -268,6 +331,12 @@ class ClusterQuerySide:
     def refresh(self) -> None:
         return None  # shard and lexical deployments catch up on their own
 
+    def progress(self) -> dict[str, list[int]]:
+        """Chunk offsets the Shard<i> replicas and the BM25 view have applied."""
+        pending = [s.offset.remote() for s in self.shards]
+        lexical = self.lexical_handle.offsets.remote()
+        return {"dense": [int(p.result()) for p in pending], "lexical": list(lexical.result())}
+
     def search(
         self, tenant_id: str, query: str, k: int | None, mode: str, rerank: bool | None
     ) -> SearchResult:
@@ -279,18 +348,19 @@ class ClusterQuerySide:
         return self.answers.answer(tenant_id, question, k)
 
     def stats(self, tenant_id: str) -> dict[str, Any]:
+        vectors = self.dense.count(tenant_id)
         return {
             "tenant": tenant_id,
-            "chunks": self.store.count(tenant_id),
-            "documents": len(self.store.documents(tenant_id)),
-            "dense_vectors": self.dense.count(tenant_id),
+            "chunks": vectors,
+            "documents": self.dense.documents(tenant_id),
+            "dense_vectors": vectors,
             "lexical_docs": self.lexical.count(tenant_id),
             "shards": self.spec.dense.shards,
             "freshness_bound_s": self.spec.freshness_s,
         }
 
     def close(self) -> None:
-        self.store.close()
+        return None
 
 
 QuerySide = LocalQuerySide | ClusterQuerySide

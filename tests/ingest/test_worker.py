@@ -68,8 +68,9 @@ def test_owned_partitions_never_share_a_partition() -> None:
     owned = [owned_partitions(r, 3, 8) for r in range(3)]
     assert sorted(p for ps in owned for p in ps) == list(range(8))
     assert owned_partitions(0, 1, 4) == [0, 1, 2, 3]
-    with pytest.raises(ValueError, match="rank 3"):
-        owned_partitions(3, 3, 8)
+    assert owned_partitions(3, 3, 8) == []  # an extra replica accepts writes, consumes nothing
+    with pytest.raises(ValueError, match="rank -1"):
+        owned_partitions(-1, 3, 8)
 
 
 def test_upsert_reingest_and_delete(tmp_path: Path, minilm: Embedder) -> None:
