@@ -144,6 +144,8 @@ def test_kill_9_mid_batch_then_restart(tmp_path: Path, minilm: Embedder) -> None
     docs = {t: [doc(i, f"{t} passage {i}. " * 60) for i in range(24)] for t in ("acme", "beta")}
     for tenant, batch in docs.items():
         put(log, tenant, batch)
+    log.close()  # one writer per log directory: the worker process
+    log = FileLog(tmp_path / "log")  # this process only reads from here on
     env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
     proc = subprocess.Popen(
         [sys.executable, "-c", _WORKER, str(tmp_path / "log")], stdout=subprocess.PIPE, env=env
