@@ -5,5 +5,6 @@ broker for tests and benchmarks) is imported from its module, not from here.
 """
 
 from ragindex.log.file_log import FileLog, LogLocked
+from ragindex.log.kafka_log import KafkaLog, WriterFenced
 
-__all__ = ["FileLog", "LogLocked"]
+__all__ = ["FileLog", "KafkaLog", "LogLocked", "WriterFenced"]

@@ -91,8 +91,9 @@ class LogContract:
         first = log.append(topic, [(0, b"a", b"1"), (1, b"b", b"2"), (0, b"c", b"3")])
         second = log.append(topic, [(0, b"d", b"4")])
         assert first[0] < first[2] < second[0]
-        assert log.end_offset(topic, 0) == second[0] + 1
-        assert log.end_offset(topic, 1) == first[1] + 1
+        # Offsets may have gaps (Kafka's transaction markers take one), never go backwards.
+        assert log.end_offset(topic, 0) > second[0]
+        assert log.end_offset(topic, 1) > first[1]
         got = read_all(log, topic, 0)
         assert [(r.offset, r.key, r.value) for r in got] == [
             (first[0], b"a", b"1"),
