@@ -4,8 +4,10 @@
   file log in the data directory (the embedded runtime; one machine, one writer process: the
   Ingest replica, which is why documents are appended through it in every runtime).
 - Topics: `docs` and `chunks.<generation>` of this index (ragindex.topics), created if absent.
-- Replica storage: `<data root>/replicas/<deployment>-<rank>/`, a directory per replica on its
-  own node. Nothing in it is shared: another node's replica builds its own from the log.
+- Replica storage: `<node root>/replicas/<deployment>-<rank>/`, a directory per replica on its
+  own node. The node root is NODE_ROOT_ENV where a node sets it (a node-local volume; each node
+  of a multi-node test has its own), else the data directory. Nothing in it is shared: another
+  node's replica builds its own from the log.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from ragindex.serve_config import KAFKA_BOOTSTRAP_ENV, KAFKA_PASSWORD_ENV, KAFKA
 from ragindex.topics import chunks_topic, docs_topic, index_generation
 
 DEFAULT_NAMESPACE = "default"
+NODE_ROOT_ENV = "RAGINDEX_NODE_ROOT"
 
 
 def docs_partitions(spec: RagIndexSpec) -> int:
@@ -57,7 +60,8 @@ def ensure_topics(log_: Log, topics: DataPlaneTopics) -> None:
 
 def replica_dir(data_dir: Path, deployment: str, rank: int) -> Path:
     """This replica's node-local storage (snapshots, its BM25 index, its view offsets)."""
-    return data_dir / "replicas" / f"{deployment}-{rank}"
+    root = Path(os.environ.get(NODE_ROOT_ENV) or data_dir)
+    return root / "replicas" / f"{deployment}-{rank}"
 
 
 def replica_rank() -> int:

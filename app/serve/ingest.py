@@ -24,7 +24,7 @@ from ragindex.errors import BackendUnavailable, InvalidInput, RagIndexError
 from ragindex.ingest.pipeline import as_documents
 from ragindex.ingest.worker import INGEST_GROUP, IngestWorker, owned_partitions
 from ragindex.models.embedder import load_embedder
-from ragindex.protocols import Embedder
+from ragindex.protocols import Embedder, Log
 from ragindex.records import doc_key, encode_document
 from ragindex.topics import partition_for_key
 from ragindex.types import ID_PART_RE, Document, validate_tenant
@@ -34,6 +34,15 @@ log = logging.getLogger("ragindex.serve")
 POLL_TIMEOUT_S = 0.1
 RETRY_S = 1.0
 WRITABLE_TIMEOUT_S = 1.5
+TAIL_WINDOW = 8  # offsets before the end that hold the last record (and a commit marker)
+
+
+def applied_target(log_: Log, topic: str, partition: int) -> int:
+    """The offset after the last data record of a partition (0 if it has none)."""
+    end = log_.end_offset(topic, partition)
+    start = max(log_.begin_offset(topic, partition), end - TAIL_WINDOW)
+    tail = log_.read(topic, partition, start, max_records=TAIL_WINDOW) if end > start else []
+    return tail[-1].offset + 1 if tail else start
 
 
 class Ingest:
@@ -124,9 +133,12 @@ class Ingest:
         )
 
     async def chunk_ends(self) -> list[int]:
-        """End offsets of every `chunks` partition (what a view must reach to be current)."""
+        """Per `chunks` partition, the offset after its last record: what a view must have
+        applied to be current (Kafka's end offset may sit past a transaction marker)."""
         return await self.accepting.run(
-            lambda: [self.log.end_offset(self.topics.chunks, s) for s in range(self.topics.shards)]
+            lambda: [
+                applied_target(self.log, self.topics.chunks, s) for s in range(self.topics.shards)
+            ]
         )
 
     async def writable(self) -> str:

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 
 from ragindex.config import ChunkingSpec
 from ragindex.errors import BackendUnavailable
+from ragindex.ingest.pipeline import chunk_for_embedder
 from ragindex.ingest.worker import (
     INGEST_GROUP,
     DataPlaneTopics,
@@ -23,7 +25,8 @@ from ragindex.ingest.worker import (
     read_all,
 )
 from ragindex.log import FileLog
-from ragindex.protocols import Embedder
+from ragindex.log.kafka_log import KafkaLog
+from ragindex.protocols import Embedder, Log
 from ragindex.records import doc_key, encode_document
 from ragindex.topics import partition_for_key
 from ragindex.types import Document
@@ -38,28 +41,33 @@ def open_log(path: Path) -> FileLog:
     return log
 
 
-def put(log: FileLog, tenant: str, docs: Sequence[Document | tuple[str, str]]) -> None:
+def put(
+    log: Log,
+    tenant: str,
+    docs: Sequence[Document | tuple[str, str]],
+    topics: DataPlaneTopics = TOPICS,
+) -> None:
     records = []
     for d in docs:
         if isinstance(d, Document):
             key, value = doc_key(tenant, d.source, d.doc_id), encode_document(d)
         else:
             key, value = doc_key(tenant, *d), None
-        records.append((partition_for_key(key, TOPICS.docs_partitions), key, value))
-    log.append(TOPICS.docs, records)
+        records.append((partition_for_key(key, topics.docs_partitions), key, value))
+    log.append(topics.docs, records)
 
 
 def doc(n: int, text: str = "") -> Document:
     return Document("wiki", str(n), f"Doc {n}", text or f"Wing lift number {n}. " * 20)
 
 
-def chunk_records(log: FileLog) -> list[tuple[bytes, bytes | None]]:
-    return [(r.key, r.value) for s in range(TOPICS.shards) for r in read_all(log, TOPICS.chunks, s)]
+def chunk_records(log: Log, topics: DataPlaneTopics = TOPICS) -> list[tuple[bytes, bytes | None]]:
+    return [(r.key, r.value) for s in range(topics.shards) for r in read_all(log, topics.chunks, s)]
 
 
-def live_chunks(log: FileLog) -> dict[bytes, bytes]:
+def live_chunks(log: Log, topics: DataPlaneTopics = TOPICS) -> dict[bytes, bytes]:
     state: dict[bytes, bytes | None] = {}
-    for key, value in chunk_records(log):
+    for key, value in chunk_records(log, topics):
         state[key] = value
     return {k: v for k, v in state.items() if v is not None}
 
@@ -125,11 +133,15 @@ import torch
 torch.set_num_threads(1)
 from ragindex.config import ChunkingSpec, RagIndexSpec
 from ragindex.ingest.worker import DataPlaneTopics, IngestWorker
+from ragindex.ingest.pipeline import chunk_for_embedder
 from ragindex.log import FileLog
+from ragindex.log.kafka_log import KafkaLog
+from ragindex.log.kafka_log import KafkaLog
 from ragindex.models.embedder import load_embedder
-topics = DataPlaneTopics(docs="t.docs", chunks="t.chunks.g1", docs_partitions=3, shards=2)
-worker = IngestWorker(FileLog(Path(sys.argv[1])), topics, load_embedder(RagIndexSpec().embedder),
-                      ChunkingSpec(), range(3))
+kind, where, docs, chunks = sys.argv[1:5]
+log = FileLog(Path(where)) if kind == "file" else KafkaLog(where)
+topics = DataPlaneTopics(docs=docs, chunks=chunks, docs_partitions=3, shards=2)
+worker = IngestWorker(log, topics, load_embedder(RagIndexSpec().embedder), ChunkingSpec(), range(3))
 print("ready", flush=True)
 while True:
     worker.poll(max_records=4)
@@ -137,51 +149,65 @@ while True:
 
 
 @pytest.mark.slow
-def test_kill_9_mid_batch_then_restart(tmp_path: Path, minilm: Embedder) -> None:
+@pytest.mark.parametrize("kind", ["file", pytest.param("kafka", marks=pytest.mark.kafka)])
+def test_kill_9_mid_batch_then_restart(
+    kind: str, tmp_path: Path, minilm: Embedder, request: pytest.FixtureRequest
+) -> None:
     """A worker killed -9 while it embeds and commits: after a restart every document's chunks
     are there exactly once (one upsert record per chunk id, counts per tenant match)."""
-    log = open_log(tmp_path / "log")
-    docs = {t: [doc(i, f"{t} passage {i}. " * 60) for i in range(24)] for t in ("acme", "beta")}
+    name = f"kill{uuid.uuid4().hex[:8]}"  # the Kafka broker is shared by the session
+    topics = DataPlaneTopics(f"{name}.docs", f"{name}.chunks", docs_partitions=3, shards=2)
+    if kind == "file":
+        where = str(tmp_path / "log")
+
+        def open_any() -> Log:
+            return FileLog(Path(where))
+    else:
+        where = request.getfixturevalue("kafka_server").bootstrap
+
+        def open_any() -> Log:
+            return KafkaLog(where)
+
+    log = open_any()
+    log.ensure_topic(topics.docs, 3, compacted=True)
+    log.ensure_topic(topics.chunks, 2, compacted=True)
+    docs = {t: [doc(i, f"{t} passage {i}. " * 60) for i in range(12)] for t in ("acme", "beta")}
     for tenant, batch in docs.items():
-        put(log, tenant, batch)
-    log.close()  # one writer per log directory: the worker process
-    log = FileLog(tmp_path / "log")  # this process only reads from here on
+        put(log, tenant, batch, topics)
+    log.close()  # the file log has one writer process: the worker's
+    log = open_any()  # this process only reads until the worker is dead
     env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
     proc = subprocess.Popen(
-        [sys.executable, "-c", _WORKER, str(tmp_path / "log")], stdout=subprocess.PIPE, env=env
+        [sys.executable, "-c", _WORKER, kind, where, topics.docs, topics.chunks],
+        stdout=subprocess.PIPE,
+        env=env,
     )
+
+    def committed() -> int:
+        return sum(log.committed(INGEST_GROUP, topics.docs, p) for p in range(3))
+
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:  # kill once some, but not all, batches committed
-            done = sum(log.committed(INGEST_GROUP, TOPICS.docs, p) for p in range(3))
-            if done > 0:
-                break
-            time.sleep(0.05)
+        deadline = time.monotonic() + 300
+        while committed() == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)  # kill once some, but not all, batches committed
         proc.send_signal(signal.SIGKILL)
     finally:
         proc.kill()
         proc.wait()
-    assert 0 < sum(log.committed(INGEST_GROUP, TOPICS.docs, p) for p in range(3)) < 48
+    assert 0 < committed() < 24
 
-    worker = IngestWorker(FileLog(tmp_path / "log"), TOPICS, minilm, ChunkingSpec(), range(3))
+    worker = IngestWorker(open_any(), topics, minilm, ChunkingSpec(), range(3))
     while worker.poll():
         pass
     assert worker.lag() == 0
-    counts = Counter(k for k, _ in chunk_records(log))
+    counts = Counter(k for k, _ in chunk_records(log, topics))
     assert set(counts.values()) == {1}, "a chunk was produced twice"
-    expected = IngestWorker(open_log(tmp_path / "fresh"), TOPICS, minilm, ChunkingSpec(), [])
     for tenant, batch in docs.items():
         want = {
             f"{tenant}/{c.chunk_id}".encode()
             for d in batch
-            for c in expected_chunks(expected, tenant, d)
+            for c in chunk_for_embedder(minilm, ChunkingSpec(), tenant, d)
         }
-        got = {k for k in live_chunks(log) if k.startswith(f"{tenant}/".encode())}
+        got = {k for k in live_chunks(log, topics) if k.startswith(f"{tenant}/".encode())}
         assert got == want
-
-
-def expected_chunks(worker: IngestWorker, tenant: str, d: Document) -> list:  # type: ignore[type-arg]
-    from ragindex.ingest.pipeline import chunk_for_embedder
-
-    return chunk_for_embedder(worker.embedder, worker.chunking, tenant, d)
