@@ -85,7 +85,7 @@ class Ingest:
         """Poll and process; a failed batch (log down) is retried from its committed offset."""
         while True:
             try:
-                done = await self.worker_thread.run(self.worker.poll, 64, POLL_TIMEOUT_S)
+                done = await self.worker_thread.run(self.worker.poll, 64, 0.0)
                 if not done:
                     await asyncio.sleep(POLL_TIMEOUT_S)
             except Exception:
