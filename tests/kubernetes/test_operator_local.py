@@ -44,7 +44,7 @@ def ray_dashboard() -> Iterator[str]:
     """Local Ray with its dashboard (the Serve REST API lives there), on loopback."""
     import ray
 
-    import ragindex.app.serve_app  # noqa: F401  (Serve imports it by path in the replicas)
+    import ragindex.app.serve  # noqa: F401  (Serve imports it by path in the replicas)
 
     port = free_port()
     ray.init(
