@@ -10,6 +10,7 @@ repo=$PWD
 VENV=${VENV:-.venv}
 "$VENV/bin/ruff" check .
 "$VENV/bin/ruff" format --check .
+rm -rf build  # setuptools keeps old files in build/lib: a removed module would be checked again
 built=$(mktemp -d)
 trap 'rm -rf "$built"' EXIT
 uv pip install --quiet --python "$VENV/bin/python" --no-deps --no-build-isolation --target "$built" . >/dev/null
