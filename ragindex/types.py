@@ -121,10 +121,12 @@ def _scalar_problem(key: str, value: object) -> str | None:
         return None
     if isinstance(value, int):
         if abs(value) > MAX_METADATA_INT:
-            return f"metadata {key!r}: integers must lie within +-2**53"
+            return f"metadata {key!r}: numbers must be finite and within +-2**53"
         return None
     if isinstance(value, float):
-        return None if math.isfinite(value) else f"metadata {key!r}: numbers must be finite"
+        if not (math.isfinite(value) and abs(value) <= MAX_METADATA_INT):
+            return f"metadata {key!r}: numbers must be finite and within +-2**53"
+        return None
     if isinstance(value, str):
         if len(value) > MAX_METADATA_STRING_CHARS:
             return (
