@@ -156,9 +156,24 @@ class GeneratorSpec(_Spec):
     base_url: str | None = Field(None, description="Base URL of the chat-completions endpoint.")
     model: str | None = Field(None, description="Model name sent to the endpoint.")
     api_key_env: str | None = Field(
-        None, description="Environment variable that holds the endpoint's API key."
+        None,
+        pattern=r"^RAGINDEX_GENERATOR_[A-Z0-9_]{1,100}$",
+        description="Environment variable that holds the endpoint's API key; only"
+        " `RAGINDEX_GENERATOR_*` names, so a spec cannot send another credential of the"
+        " process (e.g. the Elasticsearch password) to an arbitrary baseUrl.",
+    )
+    api_key_file: str | None = Field(
+        None,
+        description="File that holds the endpoint's API key (a mounted Secret); used instead"
+        " of apiKeyEnv when set.",
     )
     timeout_s: float = Field(30, gt=0, le=600, description="Timeout of one generation call.")
+
+    @model_validator(mode="after")
+    def _one_key_source(self) -> GeneratorSpec:
+        if self.api_key_env and self.api_key_file:
+            raise ValueError("set generator.apiKeyEnv or generator.apiKeyFile, not both")
+        return self
 
     @model_validator(mode="after")
     def _endpoint_for_remote(self) -> GeneratorSpec:
@@ -167,6 +182,21 @@ class GeneratorSpec(_Spec):
                 "generator.baseUrl and generator.model are required for openai-compatible"
             )
         return self
+
+
+class LimitsSpec(_Spec):
+    """Per-tenant admission at the Router: a tenant that floods it gets 429 with Retry-After,
+    and the other tenants keep their share. Counted per Router replica."""
+
+    max_concurrent: int = Field(
+        8, ge=1, le=10_000, description="Requests one tenant may have in flight at once."
+    )
+    requests_per_s: float = Field(
+        50, gt=0, le=1_000_000, description="Sustained requests per second for one tenant."
+    )
+    burst: int = Field(
+        100, ge=1, le=1_000_000, description="Requests one tenant may send at once above the rate."
+    )
 
 
 class RagIndexSpec(_Spec):
@@ -182,6 +212,9 @@ class RagIndexSpec(_Spec):
         default_factory=GeneratorSpec, description="Answer generation for /v1/answer."
     )
     scaling: ScalingSpec = Field(default_factory=ScalingSpec, description="Autoscaling.")
+    limits: LimitsSpec = Field(
+        default_factory=LimitsSpec, description="Per-tenant concurrency and rate limits."
+    )
     freshness_s: float = Field(
         2.0, gt=0, le=300, description="Bound on upsert-to-searchable on every replica."
     )

@@ -39,6 +39,7 @@ from ragindex.router.grounding import (
 )
 from ragindex.router.prompt import NO_ANSWER, FlaggedChunk, flag_chunks
 from ragindex.router.query import MAX_K, MAX_QUERY_CHARS, SearchResult, validate_search
+from ragindex.types import VISIBLE_PATTERN
 
 SupportSignal = Literal["dense", "lexical"]
 
@@ -268,9 +269,9 @@ def _timed(timings: dict[str, float], stage: str) -> Iterator[None]:
 class AnswerRequest(BaseModel):
     """Body of POST /v1/answer; the tenant comes from the caller's credentials, not from here."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
-    question: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
+    question: str = Field(min_length=1, max_length=MAX_QUERY_CHARS, pattern=VISIBLE_PATTERN)
     k: int = Field(DEFAULT_MAX_CHUNKS, ge=1, le=MAX_K)
 
 

@@ -17,7 +17,7 @@ from ragindex.config import FusionSpec, LexicalSpec, RerankerSpec
 from ragindex.errors import BackendUnavailable, InvalidInput
 from ragindex.fusion import reciprocal_rank_fusion
 from ragindex.protocols import DenseIndex, Embedder, LexicalIndex, Reranker
-from ragindex.types import Chunk, Hit, validate_tenant
+from ragindex.types import Chunk, Hit, refuse_surrogates, validate_tenant
 
 Mode = Literal["hybrid", "dense", "lexical"]
 MODES: tuple[str, ...] = ("hybrid", "dense", "lexical")
@@ -40,6 +40,7 @@ def validate_search(query: object, k: object, mode: object) -> tuple[str, int, M
     """Check a search request; raise InvalidInput naming what is wrong."""
     if not isinstance(query, str) or not query.strip():
         raise InvalidInput("query must be a non-empty string")
+    refuse_surrogates("query", query)
     if len(query) > MAX_QUERY_CHARS:
         raise InvalidInput(
             f"query has {len(query)} characters, more than the limit of {MAX_QUERY_CHARS}"

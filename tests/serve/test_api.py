@@ -175,6 +175,7 @@ def test_token_minted_while_serving_works_at_once(loaded: ServedApp) -> None:
         assert client.get("/v1/stats").json()["chunks"] == 0
 
 
+DOC = {"source": "s", "doc_id": "d", "text": "x"}
 BAD_REQUESTS: list[tuple[str, str, Any, int, str]] = [
     ("POST", "/v1/search", b'{"query": "x", ', 400, "not valid JSON"),
     ("POST", "/v1/documents", b"\xff\xfe garbage", 400, "not valid JSON"),
@@ -203,22 +204,22 @@ BAD_REQUESTS: list[tuple[str, str, Any, int, str]] = [
         "POST",
         "/v1/documents",
         {"documents": [{"source": "a/b", "doc_id": "d", "title": "t", "text": "x"}]},
-        400,
+        422,
         "source",
     ),
     (
         "POST",
         "/v1/documents",
         {"documents": [{"source": "s", "doc_id": "d", "title": "t", "text": "   "}]},
-        400,
-        "empty",
+        422,
+        "text",
     ),
     (
         "POST",
         "/v1/documents",
         {"documents": [{"source": "s", "doc_id": "d", "text": "x", "updated": "yesterday"}]},
         422,
-        "ISO-8601",
+        "RFC 3339",
     ),
     (
         "POST",
@@ -234,6 +235,21 @@ BAD_REQUESTS: list[tuple[str, str, Any, int, str]] = [
         422,
         "text",
     ),
+    # Issue #14: oversize fields, nested metadata, trailing newlines and lone surrogates.
+    ("POST", "/v1/documents", {"documents": [DOC | {"title": "t" * 513}]}, 422, "title"),
+    ("POST", "/v1/documents", {"documents": [DOC | {"metadata": {"a": {"b": 1}}}]}, 422, "meta"),
+    ("POST", "/v1/documents", {"documents": [DOC | {"metadata": {"a": "m" * 300}}]}, 422, "meta"),
+    ("POST", "/v1/documents", {"documents": [DOC | {"doc_id": "d\n"}]}, 422, "doc_id"),
+    (
+        "POST",
+        "/v1/documents",
+        b'{"documents": [{"source": "s", "doc_id": "d", "text": "a\\ud800"}]}',
+        400,
+        "lone surrogate",
+    ),
+    ("POST", "/v1/search", b'{"query": "lift \\udc00"}', 400, "lone surrogate"),
+    ("POST", "/v1/answer", {"question": " \t "}, 422, "question"),
+    ("POST", "/v1/answer", {"question": "lift", "k": "5"}, 422, "k"),
 ]
 
 
@@ -296,6 +312,9 @@ def test_ops_endpoints(loaded: ServedApp, tokens: dict[str, str]) -> None:
         assert stats["chunks"] >= len(DOCS)
         assert stats["dense_vectors"] == stats["chunks"] == stats["lexical_docs"]
         assert stats["shards"] == 2
+        # Tenant-scoped (issue #14): no log offsets, which count every tenant's writes.
+        assert "wal_offsets" not in stats
+        assert set(stats) <= set(openapi["components"]["schemas"]["StatsResponse"]["properties"])
         search(client, "bread")
     with loaded.client() as client:
         metrics = client.get("/metrics")
