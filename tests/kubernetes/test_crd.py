@@ -130,6 +130,8 @@ def test_every_model_validator_has_a_cel_rule() -> None:
         "autoscaling minReplicas must be <= maxReplicas",
         "reranker.topN must be >= fusion.topK",
         "generator.baseUrl and generator.model are required for openai-compatible",
+        "fusion.denseWeight and fusion.lexicalWeight cannot both be 0",
+        "feedback.rocchio alpha and beta cannot both be 0",
     }
     assert set(crd_module._CEL) <= {"RagIndexSpec", *RagIndexSpec.model_json_schema()["$defs"]}
 
