@@ -149,7 +149,9 @@ def document_from_mapping(obj: object, where: str, default_source: str | None = 
     missing = [f for f in ("source", "doc_id", "text") if f not in fields]
     if missing:
         raise InvalidInput(f"{where}: missing field(s) {', '.join(missing)}")
-    unknown = sorted(set(fields) - {"source", "doc_id", "title", "text", "updated", "metadata"})
+    unknown = sorted(
+        set(fields) - {"source", "doc_id", "title", "text", "updated", "metadata", "acl"}
+    )
     if unknown:
         raise InvalidInput(f"{where}: unknown field(s) {', '.join(unknown)}")
     text = fields["text"]
@@ -166,6 +168,7 @@ def document_from_mapping(obj: object, where: str, default_source: str | None = 
             text=text,
             updated=updated,
             metadata=fields.get("metadata") or {},
+            acl=fields.get("acl"),
         )
     except InvalidInput as exc:
         raise InvalidInput(f"{where}: {exc}") from None

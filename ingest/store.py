@@ -30,7 +30,7 @@ CREATE TABLE IF NOT EXISTS documents (
 CREATE TABLE IF NOT EXISTS chunks (
     tenant TEXT NOT NULL, chunk_id TEXT NOT NULL, source TEXT NOT NULL, doc_id TEXT NOT NULL,
     n INTEGER NOT NULL, title TEXT NOT NULL, text TEXT NOT NULL, content_hash TEXT NOT NULL,
-    context TEXT, updated TEXT, metadata TEXT NOT NULL,
+    context TEXT, updated TEXT, metadata TEXT NOT NULL, acl TEXT,
     PRIMARY KEY (tenant, chunk_id)
 );
 CREATE INDEX IF NOT EXISTS chunks_by_doc ON chunks (tenant, source, doc_id);
@@ -38,7 +38,9 @@ CREATE TABLE IF NOT EXISTS tombstones (
     tenant TEXT NOT NULL, chunk_id TEXT NOT NULL, PRIMARY KEY (tenant, chunk_id)
 );
 """
-_CHUNK_COLS = "chunk_id, source, doc_id, n, title, text, content_hash, context, updated, metadata"
+_CHUNK_COLS = (
+    "chunk_id, source, doc_id, n, title, text, content_hash, context, updated, metadata, acl"
+)
 _IDENTITY_KEY = "embedding_identity"
 _SQL_VARS = 500  # ids per IN (...) query, well under SQLite's variable limit
 
@@ -91,6 +93,7 @@ def _row_to_chunk(tenant: str, row: sqlite3.Row) -> Chunk:
         context=row["context"],
         updated=row["updated"],
         metadata=json.loads(row["metadata"]),
+        acl=None if row["acl"] is None else tuple(json.loads(row["acl"])),
     )
 
 
@@ -106,6 +109,9 @@ class ChunkStore:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.executescript(_SCHEMA)
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(chunks)")}
+        if "acl" not in columns:  # a store written before ACLs: every chunk is tenant-wide
+            self._db.execute("ALTER TABLE chunks ADD COLUMN acl TEXT")
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
@@ -193,7 +199,7 @@ class ChunkStore:
                 current = d.added + d.unchanged
                 db.executemany(
                     f"INSERT OR REPLACE INTO chunks (tenant, {_CHUNK_COLS})"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     [
                         (
                             tenant,
@@ -207,6 +213,7 @@ class ChunkStore:
                             c.context,
                             c.updated,
                             json.dumps(c.metadata, sort_keys=True),
+                            None if c.acl is None else json.dumps(c.acl),
                         )
                         for c in current
                     ],

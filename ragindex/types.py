@@ -39,6 +39,9 @@ MAX_METADATA_KEY_CHARS = 64
 MAX_METADATA_STRING_CHARS = 256
 MAX_METADATA_LIST_ITEMS = 16
 MAX_METADATA_INT = 2**53
+PRINCIPAL_PATTERN = r"^(user|group|role):[^\s\x00-\x1f\x7f-\x9f\ufeff]{1,128}$"
+PRINCIPAL_RE = re.compile(PRINCIPAL_PATTERN[1:-1])
+MAX_ACL_PRINCIPALS = 64
 """Metadata is flat: scalars, or lists of scalars (depth 2 at most); also copied into every
 chunk, so its size is bounded by these (about 135 KB at the very most)."""
 
@@ -90,6 +93,26 @@ def validate_timestamp(name: str, value: object) -> str:
     except ValueError as err:
         raise InvalidInput(f"{name} {value!r} is not a real date or time: {err}") from None
     return value
+
+
+def validate_principal(value: object) -> str:
+    if not isinstance(value, str) or not PRINCIPAL_RE.fullmatch(value):
+        raise InvalidInput(
+            f"principal {str(value)[:140]!r} is malformed: use user:<name>, group:<name> or"
+            " role:<name> (1-128 visible characters after the colon)"
+        )
+    return value
+
+
+def validate_acl(acl: object) -> tuple[str, ...] | None:
+    """None (the whole tenant) or a non-empty list of principals."""
+    if acl is None:
+        return None
+    if not isinstance(acl, list | tuple) or not acl:
+        raise InvalidInput("acl must be null (the whole tenant) or a non-empty list of principals")
+    if len(acl) > MAX_ACL_PRINCIPALS:
+        raise InvalidInput(f"acl lists {len(acl)} principals, more than {MAX_ACL_PRINCIPALS}")
+    return tuple(sorted({validate_principal(p) for p in acl}))
 
 
 def metadata_problem(metadata: object) -> str | None:
@@ -150,6 +173,8 @@ class Document:
     text: str
     updated: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    acl: tuple[str, ...] | None = None
+    """Principals that may read the document (`user:alice`, `group:eng`); None: the tenant."""
 
     def __post_init__(self) -> None:
         validate_id_part("source", self.source)
@@ -180,6 +205,10 @@ class Document:
             validate_timestamp(f"document {self.key}: updated", self.updated)
         if problem := metadata_problem(self.metadata):
             raise InvalidInput(f"document {self.key}: {problem}")
+        try:
+            object.__setattr__(self, "acl", validate_acl(self.acl))
+        except InvalidInput as err:
+            raise InvalidInput(f"document {self.key}: {err}") from None
 
     @property
     def key(self) -> str:
@@ -201,6 +230,11 @@ class Chunk:
     context: str | None = None  # parent section for parent-child chunking
     updated: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    acl: tuple[str, ...] | None = None  # the document's; None: the whole tenant
+
+    def __post_init__(self) -> None:
+        if self.acl is not None and not isinstance(self.acl, tuple):
+            object.__setattr__(self, "acl", tuple(self.acl))  # decoded from JSON as a list
 
 
 @dataclass(frozen=True)

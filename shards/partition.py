@@ -13,7 +13,7 @@ returned. `compacted()` rebuilds without tombstones.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any, Literal
 
 import faiss
@@ -21,6 +21,7 @@ import numpy as np
 
 from ragindex.config import HnswSpec
 from ragindex.errors import InvalidInput
+from ragindex.filters import dense_plan
 from ragindex.protocols import Vectors
 from ragindex.shards.vectors import (
     prepare_query,
@@ -142,10 +143,36 @@ class TenantPartition:
         live = np.array(list(self._chunk), dtype=np.int64)
         self._rebuild(choose_kind(len(live), self.exact_threshold), self._vectors_of(live), live)
 
-    def search(self, query_vector: object, top_k: int) -> list[ScoredId]:
-        """Top-k live chunks by inner product of unit vectors (cosine), best first."""
-        k = min(validate_top_k(top_k), len(self._internal))
+    def search(
+        self, query_vector: object, top_k: int, allowed: Collection[str] | None = None
+    ) -> list[ScoredId]:
+        """Top-k live chunks by inner product of unit vectors (cosine), best first.
+
+        `allowed` (chunk ids) restricts the search inside the index: exact over the allowed
+        vectors or HNSW with an id selector and a raised efSearch, as `dense_plan` decides."""
         query = prepare_query(query_vector, self.dim)
+        k = validate_top_k(top_k)
+        if allowed is None:
+            return self._search_all(query, min(k, len(self._internal)))
+        wanted = np.fromiter(
+            (self._internal[c] for c in allowed if c in self._internal), dtype=np.int64
+        )
+        plan = dense_plan(
+            len(wanted), len(self._internal), k, self.hnsw.ef_search, self.exact_threshold
+        )
+        if not len(wanted):
+            return []
+        if plan.exact or self.kind == "flat":
+            scores = self._vectors_of(wanted) @ query[0]
+            top = np.argsort(-scores, kind="stable")[:k]
+            return [ScoredId(self._chunk[int(wanted[i])], float(scores[i])) for i in top]
+        params = faiss.SearchParametersHNSW()  # type: ignore[attr-defined]  # no stub
+        params.efSearch = max(plan.ef_search, k)
+        params.sel = faiss.IDSelectorBatch(wanted)  # live ids only: no tombstone inside
+        scores_, labels = self._index.search(query, min(k, len(wanted)), params=params)
+        return self._hits(scores_, labels)
+
+    def _search_all(self, query: Vectors, k: int) -> list[ScoredId]:
         if k == 0:
             return []
         if self.kind == "flat":
@@ -159,6 +186,9 @@ class TenantPartition:
                     self._selector = (batch, faiss.IDSelectorNot(batch))
                 params.sel = self._selector[1]
             scores, labels = self._index.search(query, k, params=params)
+        return self._hits(scores, labels)
+
+    def _hits(self, scores: np.ndarray, labels: np.ndarray) -> list[ScoredId]:
         return [
             ScoredId(self._chunk[int(i)], float(s))
             for s, i in zip(scores[0], labels[0], strict=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -141,14 +141,22 @@ class ShardedDenseIndex:
             self._write(records)
 
     def search(
-        self, query_vector: Vectors, top_k: int, tenant_id: str, identity: ModelIdentity
+        self,
+        query_vector: Vectors,
+        top_k: int,
+        tenant_id: str,
+        identity: ModelIdentity,
+        allowed: Collection[str] | None = None,
     ) -> list[ScoredId]:
-        """The tenant's top-k over all shards, merged by score (ties by chunk id)."""
+        """The tenant's top-k over all shards (of `allowed` only, when given), merged by score
+        (ties by chunk id)."""
         tenant = validate_tenant(tenant_id)
         check_identity(self.identity, identity)
         k = validate_top_k(top_k)
         query = prepare_query(query_vector, self.identity.dimension)
-        hits = [h for shard in self._shards for h in shard.search(query, k, tenant, identity)]
+        hits = [
+            h for shard in self._shards for h in shard.search(query, k, tenant, identity, allowed)
+        ]
         return sorted(hits, key=lambda h: (-h.score, h.chunk_id))[:k]
 
     def count(self, tenant_id: str) -> int:
