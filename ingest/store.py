@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ragindex.errors import IdentityMismatch, InvalidInput
+from ragindex.filters import TermExpr, TermPostings
 from ragindex.types import Chunk, Document, ModelIdentity, validate_tenant
 
 _SCHEMA = """
@@ -109,6 +110,8 @@ class ChunkStore:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.executescript(_SCHEMA)
+        self._postings: dict[str, TermPostings] = {}  # built on first filtered search
+        self._writes = 0  # a postings build that raced a write is not kept
         columns = {row[1] for row in self._db.execute("PRAGMA table_info(chunks)")}
         if "acl" not in columns:  # a store written before ACLs: every chunk is tenant-wide
             self._db.execute("ALTER TABLE chunks ADD COLUMN acl TEXT")
@@ -117,6 +120,8 @@ class ChunkStore:
     def _tx(self) -> Iterator[sqlite3.Connection]:
         """One write transaction: all of it commits, or none of it."""
         with self._lock:
+            self._postings.clear()  # rebuilt from the committed rows on the next filter
+            self._writes += 1
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 yield self._db
@@ -265,6 +270,21 @@ class ChunkStore:
             )
             out.update((r["chunk_id"], _row_to_chunk(tenant, r)) for r in rows)
         return out
+
+    def allowed_ids(self, tenant_id: str, access: TermExpr) -> set[str]:
+        """The live chunk ids of a tenant that `access` allows (ragindex.filters)."""
+        tenant = validate_tenant(tenant_id)
+        with self._lock:
+            postings, writes = self._postings.get(tenant), self._writes
+        if postings is None:
+            postings = TermPostings()
+            rows = self._query(f"SELECT {_CHUNK_COLS} FROM chunks WHERE tenant = ?", (tenant,))
+            for row in rows:
+                postings.add(_row_to_chunk(tenant, row))
+            with self._lock:
+                if writes == self._writes:
+                    self._postings[tenant] = postings
+        return postings.select(access)
 
     def count(self, tenant_id: str) -> int:
         """Live chunks of a tenant."""

@@ -195,9 +195,10 @@ def epoch_seconds(timestamp: str) -> float:
     return moment.timestamp()
 
 
-def matches(chunk: Chunk, flt: Filter | None, principals: Collection[str]) -> bool:
+def matches(chunk: Chunk, flt: Filter | None, principals: Collection[str] | None) -> bool:
     """Access + filter applied directly to a chunk: the oracle the terms must agree with."""
-    return readable(chunk.acl, principals) and (flt is None or _holds(chunk, flt))
+    allowed = principals is None or readable(chunk.acl, principals)
+    return allowed and (flt is None or _holds(chunk, flt))
 
 
 def _holds(chunk: Chunk, flt: Filter) -> bool:
@@ -276,10 +277,17 @@ def chunk_terms(chunk: Chunk) -> frozenset[str]:
     return frozenset(terms)
 
 
-def compile_access(flt: Filter | None, principals: Collection[str]) -> TermExpr:
-    """The expression every leg runs: readable by one of `principals`, and the filter."""
-    acl = AnyTerm(frozenset({PUBLIC, *(f"a:{p}" for p in principals)}))
-    return acl if flt is None else AllExpr((acl, _compile(flt)))
+def compile_access(flt: Filter | None, principals: Collection[str] | None) -> TermExpr | None:
+    """The expression every leg runs: readable by one of `principals`, and the filter.
+
+    `principals` None is the operator's view (evaluations, benchmarks), which no ACL limits;
+    the HTTP API always passes its token's principals."""
+    parts: list[TermExpr] = []
+    if principals is not None:
+        parts.append(AnyTerm(frozenset({PUBLIC, *(f"a:{p}" for p in principals)})))
+    if flt is not None:
+        parts.append(_compile(flt))
+    return None if not parts else parts[0] if len(parts) == 1 else AllExpr(tuple(parts))
 
 
 def _compile(flt: Filter) -> TermExpr:
@@ -414,3 +422,31 @@ def dense_plan(allowed: int, live: int, top_k: int, ef_search: int, exact_max: i
         return DensePlan(exact=True, ef_search=0)
     base = max(ef_search, top_k)
     return DensePlan(exact=False, ef_search=min(MAX_FILTER_EF, math.ceil(base / selectivity)))
+
+
+class TermPostings:
+    """Filter terms -> chunk ids of one tenant, for the dense leg to select allowed ids."""
+
+    def __init__(self) -> None:
+        self._postings: dict[str, set[str]] = {}
+        self._terms: dict[str, frozenset[str]] = {}
+
+    def __len__(self) -> int:
+        return len(self._terms)
+
+    def add(self, chunk: Chunk) -> None:
+        self.remove(chunk.chunk_id)
+        terms = chunk_terms(chunk)
+        self._terms[chunk.chunk_id] = terms
+        for term in terms:
+            self._postings.setdefault(term, set()).add(chunk.chunk_id)
+
+    def remove(self, chunk_id: str) -> None:
+        for term in self._terms.pop(chunk_id, ()):
+            ids = self._postings[term]
+            ids.discard(chunk_id)
+            if not ids:
+                del self._postings[term]
+
+    def select(self, expr: TermExpr) -> set[str]:
+        return select(expr, self._postings)

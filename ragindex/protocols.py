@@ -7,7 +7,7 @@ for another tenant's chunks and filter afterwards.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 import numpy as np
@@ -49,9 +49,9 @@ class DenseIndex(Protocol):
         top_k: int,
         tenant_id: str,
         identity: ModelIdentity,
-        allowed: Collection[str] | None = None,
+        access: TermExpr | None = None,
     ) -> list[ScoredId]:
-        """Top-k of the tenant; with `allowed` (chunk ids), of those only, chosen inside the
+        """Top-k of the tenant; with `access`, of the chunks it allows only, chosen inside the
         index (exact over them, or HNSW with an id selector: ragindex.filters.dense_plan)."""
         ...
 

@@ -25,6 +25,7 @@ from ragindex.app.serve.pools import RemoteEmbedder, RemoteReranker
 from ragindex.app.serve.threads import limit_threads
 from ragindex.config import RagIndexSpec
 from ragindex.errors import BackendUnavailable, InvalidInput
+from ragindex.filters import TermExpr
 from ragindex.hashing import shard_for
 from ragindex.lexical.view import LexicalView
 from ragindex.models.embedder import load_embedder
@@ -68,10 +69,16 @@ class ReplicaDenseIndex(_ReadOnlyDense):
         self.identity = identity
 
     def search(
-        self, query_vector: Vectors, top_k: int, tenant_id: str, identity: ModelIdentity
+        self,
+        query_vector: Vectors,
+        top_k: int,
+        tenant_id: str,
+        identity: ModelIdentity,
+        access: TermExpr | None = None,
     ) -> list[ScoredId]:
         return merge_by_score(
-            [r.search(query_vector, top_k, tenant_id, identity) for r in self.replicas], top_k
+            [r.search(query_vector, top_k, tenant_id, identity, access) for r in self.replicas],
+            top_k,
         )
 
     def get_chunks(self, tenant_id: str, chunk_ids: Sequence[str]) -> dict[str, Chunk]:
@@ -249,9 +256,16 @@ class RemoteDenseIndex(_ReadOnlyDense):
         self.identity = identity
 
     def search(
-        self, query_vector: Vectors, top_k: int, tenant_id: str, identity: ModelIdentity
+        self,
+        query_vector: Vectors,
+        top_k: int,
+        tenant_id: str,
+        identity: ModelIdentity,
+        access: TermExpr | None = None,
     ) -> list[ScoredId]:
-        pending = [s.search.remote(query_vector, top_k, tenant_id, identity) for s in self.shards]
+        pending = [
+            s.search.remote(query_vector, top_k, tenant_id, identity, access) for s in self.shards
+        ]
         return merge_by_score([p.result() for p in pending], top_k)
 
     def get_chunks(self, tenant_id: str, chunk_ids: Sequence[str]) -> dict[str, Chunk]:
@@ -283,8 +297,10 @@ class RemoteLexical:
     def delete(self, tenant_id: str, chunk_ids: Sequence[str]) -> None:
         raise InvalidInput("the Lexical deployment is a view of the log; send writes to Ingest")
 
-    def search(self, query: str, top_k: int, tenant_id: str) -> list[ScoredId]:
-        return self.handle.search.remote(query, top_k, tenant_id).result()
+    def search(
+        self, query: str, top_k: int, tenant_id: str, access: TermExpr | None = None
+    ) -> list[ScoredId]:
+        return self.handle.search.remote(query, top_k, tenant_id, access).result()
 
     def count(self, tenant_id: str) -> int:
         return int(self.handle.count.remote(tenant_id).result())
