@@ -246,8 +246,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("token", help="API tokens")
     tokens = p.add_subparsers(dest="token_command", required=True)
-    t = tokens.add_parser("create", help="mint a token bound to one tenant")
+    t = tokens.add_parser("create", help="mint a token bound to one tenant and its principals")
     t.add_argument("--tenant", required=True)
+    t.add_argument(
+        "--principal",
+        action="append",
+        default=[],
+        help="user:<name>, group:<name> or role:<name> the token reads as (repeatable); without"
+        " any, the token reads only documents that have no ACL",
+    )
     t.add_argument("--data-dir", type=Path)
     t.set_defaults(run=_lazy("ragindex.app.serve_cli", "token_create_command"))
 

@@ -133,10 +133,14 @@ def serve_command(args: argparse.Namespace) -> int:
 
 
 def token_create_command(args: argparse.Namespace) -> int:
-    """Mint a token bound to one tenant; the token is the last line printed."""
+    """Mint a token bound to one tenant and its principals; the token is the last line printed."""
     data_dir = Path(args.data_dir).resolve()
-    token = create_token(data_dir, args.tenant)
-    print(f"token for tenant {args.tenant!r} (stored hashed in {data_dir}/tokens.json):")
+    token = create_token(data_dir, args.tenant, args.principal)
+    principals = ", ".join(sorted(set(args.principal))) or "none: documents without an ACL only"
+    print(
+        f"token for tenant {args.tenant!r}, principals {principals}"
+        f" (stored hashed in {data_dir}/tokens.json):"
+    )
     print(token)
     return 0
 

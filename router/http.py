@@ -43,12 +43,14 @@ from ragindex.errors import (
     InvalidInput,
     RagIndexError,
 )
+from ragindex.router.access import Principal, PrincipalNotGranted, ReadScope, access_for
 from ragindex.router.answer import Answer, AnswerRequest, AnswerResponse
-from ragindex.router.auth import TokenVerifier
+from ragindex.router.auth import Grant, TokenVerifier
 from ragindex.router.limits import TenantLimiter
-from ragindex.router.query import MAX_K, MAX_QUERY_CHARS, SearchResult
+from ragindex.router.query import MAX_K, MAX_QUERY_CHARS, Access, SearchResult
 from ragindex.types import (
     ID_PART_PATTERN,
+    MAX_ACL_PRINCIPALS,
     MAX_DOCUMENT_CHARS,
     MAX_METADATA_INT,
     MAX_METADATA_KEY_CHARS,
@@ -77,7 +79,13 @@ class Backend(Protocol):
     """What the HTTP layer needs; the Serve Router and the tests implement it."""
 
     async def search(
-        self, tenant_id: str, query: str, k: int | None, mode: str, rerank: bool | None
+        self,
+        tenant_id: str,
+        query: str,
+        k: int | None,
+        mode: str,
+        rerank: bool | None,
+        access: Access | None = None,
     ) -> SearchResult: ...
 
     async def upsert(
@@ -88,7 +96,9 @@ class Backend(Protocol):
         self, tenant_id: str, source: str, doc_id: str, wait_s: float | None
     ) -> dict[str, Any]: ...
 
-    async def answer(self, tenant_id: str, question: str, k: int) -> Answer: ...
+    async def answer(
+        self, tenant_id: str, question: str, k: int, access: Access | None = None
+    ) -> Answer: ...
 
     async def stats(self, tenant_id: str) -> dict[str, Any]: ...
 
@@ -156,6 +166,13 @@ class DocumentIn(_Strict):
         max_length=MAX_METADATA_KEYS,
         description="Flat metadata: scalars or short lists of scalars, copied to every chunk.",
     )
+    acl: list[Principal] | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_ACL_PRINCIPALS,
+        description="Principals that may read the document (`user:alice`, `group:eng`);"
+        " absent: everyone in the tenant.",
+    )
 
 
 class UpsertRequest(_Strict):
@@ -181,7 +198,7 @@ class AcceptedResponse(BaseModel):
     )
 
 
-class SearchRequest(_Strict):
+class SearchRequest(ReadScope):
     query: StrictStr = Field(min_length=1, max_length=MAX_QUERY_CHARS, pattern=VISIBLE_PATTERN)
     k: StrictInt | None = Field(None, ge=1, le=MAX_K, description="Hits to return (1..100).")
     mode: Literal["hybrid", "dense", "lexical"] = "hybrid"
@@ -396,6 +413,9 @@ RETRY_AFTER = {
         "schema": {"type": "integer"},
     }
 }
+READ_ERRORS: dict[int | str, dict[str, Any]] = {
+    403: _error("The request asks for a principal its token does not hold (names it).")
+}
 AUTH_ERRORS: dict[int | str, dict[str, Any]] = {
     401: _error(
         "Missing or unknown bearer token.",
@@ -470,18 +490,19 @@ def create_app(
     async def _refused(_: Request, err: RagIndexError) -> JSONResponse:
         return JSONResponse({"detail": error_message(err)}, status_code=status_for_error(err))
 
-    async def tenant(
+    async def caller(
         credentials: Annotated[HTTPAuthorizationCredentials | None, Security(BEARER)],
-    ) -> AsyncIterator[str]:
-        """The caller's tenant, admitted by its limits for the length of the request."""
-        found = verifier.tenant_for(credentials.credentials) if credentials else None
+    ) -> AsyncIterator[Grant]:
+        """The caller's grant (tenant and principals), admitted by its tenant's limits for the
+        length of the request."""
+        found = verifier.grant_for(credentials.credentials) if credentials else None
         if found is None:
             raise HTTPException(
                 status_code=401,
                 detail="missing or unknown bearer token",
                 headers={"WWW-Authenticate": "Bearer"},
             )
-        admission = limiter.admit(found, clock())
+        admission = limiter.admit(found.tenant, clock())
         if not admission.admitted:
             raise HTTPException(
                 status_code=429,
@@ -491,7 +512,16 @@ def create_app(
         try:
             yield found
         finally:
-            limiter.release(found)
+            limiter.release(found.tenant)
+
+    def tenant(grant: Annotated[Grant, Depends(caller)]) -> str:
+        return grant.tenant
+
+    def reads(scope: ReadScope, grant: Grant) -> Access:
+        try:
+            return access_for(grant, scope)
+        except PrincipalNotGranted as err:
+            raise HTTPException(status_code=403, detail=str(err)) from None
 
     def wait_s(
         wait: bool = Query(
@@ -547,11 +577,17 @@ def create_app(
         response_model=SearchResponse,
         tags=["search"],
         operation_id="search",
-        responses={**AUTH_ERRORS, **BACKEND_ERRORS, **BODY_ERRORS},
+        responses={**AUTH_ERRORS, **READ_ERRORS, **BACKEND_ERRORS, **BODY_ERRORS},
     )
-    async def search(body: SearchRequest, tenant_id: str = Depends(tenant)) -> SearchResponse:
-        """Hybrid (or single-leg) search within the caller's tenant."""
-        result = await backend.search(tenant_id, body.query, body.k, body.mode, body.rerank)
+    async def search(
+        body: SearchRequest, grant: Annotated[Grant, Depends(caller)]
+    ) -> SearchResponse:
+        """Hybrid (or single-leg) search within the caller's tenant, over the chunks its
+        principals may read and its `filter` selects (both applied inside every leg)."""
+        access = reads(body, grant)
+        result = await backend.search(
+            grant.tenant, body.query, body.k, body.mode, body.rerank, access
+        )
         return hit_out(result)
 
     @app.post(
@@ -559,11 +595,16 @@ def create_app(
         response_model=AnswerResponse,
         tags=["answers"],
         operation_id="answer",
-        responses={**AUTH_ERRORS, **BACKEND_ERRORS, **BODY_ERRORS},
+        responses={**AUTH_ERRORS, **READ_ERRORS, **BACKEND_ERRORS, **BODY_ERRORS},
     )
-    async def answer(body: AnswerRequest, tenant_id: str = Depends(tenant)) -> AnswerResponse:
-        """A cited answer from the caller's tenant's sources, or `refused: true`."""
-        return AnswerResponse.from_answer(await backend.answer(tenant_id, body.question, body.k))
+    async def answer(
+        body: AnswerRequest, grant: Annotated[Grant, Depends(caller)]
+    ) -> AnswerResponse:
+        """A cited answer from the caller's tenant's sources it may read (and its `filter`
+        selects), or `refused: true`."""
+        access = reads(body, grant)
+        answered = await backend.answer(grant.tenant, body.question, body.k, access)
+        return AnswerResponse.from_answer(answered)
 
     @app.get(
         "/v1/stats",

@@ -32,7 +32,7 @@ from ragindex.models.embedder import load_embedder
 from ragindex.models.reranker import load_reranker
 from ragindex.protocols import Embedder, Log, Vectors
 from ragindex.router.answer import Answer, AnswerService
-from ragindex.router.query import QueryEngine, SearchResult
+from ragindex.router.query import Access, QueryEngine, SearchResult
 from ragindex.shards.log_replica import LogShardReplica
 from ragindex.types import Chunk, ModelIdentity, ScoredId
 
@@ -210,18 +210,24 @@ class LocalQuerySide:
         return {"dense": self.dense.offsets(), "lexical": list(self.view.offsets)}
 
     def search(
-        self, tenant_id: str, query: str, k: int | None, mode: str, rerank: bool | None
+        self,
+        tenant_id: str,
+        query: str,
+        k: int | None,
+        mode: str,
+        rerank: bool | None,
+        access: Access | None = None,
     ) -> SearchResult:
         if self.engine is None:
             raise BackendUnavailable("the index is still opening; retry shortly")
-        return self.engine.search(tenant_id, query, k, mode, rerank)
+        return self.engine.search(tenant_id, query, k, mode, rerank, access)
 
-    def answer(self, tenant_id: str, question: str, k: int) -> Answer:
+    def answer(self, tenant_id: str, question: str, k: int, access: Access | None = None) -> Answer:
         if self.engine is None or self.embedder is None:
             raise BackendUnavailable("the index is still opening; retry shortly")
         if self.answers is None:
             self.answers = answer_service(self.spec, self.engine, self.embedder)
-        return self.answers.answer(tenant_id, question, k)
+        return self.answers.answer(tenant_id, question, k, access)
 
     def stats(self, tenant_id: str) -> dict[str, Any]:
         if self.dense is None or self.view is None:
@@ -354,14 +360,20 @@ class ClusterQuerySide:
         return {"dense": [int(p.result()) for p in pending], "lexical": list(lexical.result())}
 
     def search(
-        self, tenant_id: str, query: str, k: int | None, mode: str, rerank: bool | None
+        self,
+        tenant_id: str,
+        query: str,
+        k: int | None,
+        mode: str,
+        rerank: bool | None,
+        access: Access | None = None,
     ) -> SearchResult:
-        return self.engine.search(tenant_id, query, k, mode, rerank)
+        return self.engine.search(tenant_id, query, k, mode, rerank, access)
 
-    def answer(self, tenant_id: str, question: str, k: int) -> Answer:
+    def answer(self, tenant_id: str, question: str, k: int, access: Access | None = None) -> Answer:
         if self.answers is None:
             self.answers = answer_service(self.spec, self.engine, self.embedder)
-        return self.answers.answer(tenant_id, question, k)
+        return self.answers.answer(tenant_id, question, k, access)
 
     def stats(self, tenant_id: str) -> dict[str, Any]:
         vectors = self.dense.count(tenant_id)
