@@ -28,10 +28,9 @@ from ragindex.evals.runner import DEFAULT_TENANT, ingest_collection
 from ragindex.lexical.elasticsearch_index import ElasticsearchIndex
 from ragindex.lexical.es_server import ES_VERSION, running_elasticsearch
 from ragindex.router.query import QueryEngine
-from ragindex.shards.bench import run_filtered_bench
+from ragindex.shards.bench import AccessKind, run_access_bench, run_filtered_bench
 
 FILTERED_DIM = 384
-FILTERED_QUERIES = 200
 BENCH_ALIAS = "bench_bm25"
 ES_BENCH_TIMEOUT_S = 30.0  # bulk loads on a busy 2-core box; searches finish in ms anyway
 
@@ -58,6 +57,23 @@ def write_json(path: Path | None, payload: Mapping[str, Any]) -> None:
     print(f"wrote {path}", file=sys.stderr)
 
 
+def access_table(result: Mapping[str, Mapping[str, Any]]) -> str:
+    """One row per allowed share of `run_access_bench`'s result, the unfiltered search first."""
+    header = ["allows", "vectors", "plan", "recall@10", "p50 ms", "p99 ms"]
+    rows = [
+        [
+            share,
+            str(row["allowed"]),
+            str(row["plan"]),
+            f"{row['recall@10']:.4f}",
+            f"{row['p50_ms']:.3f}",
+            f"{row['p99_ms']:.3f}",
+        ]
+        for share, row in result.items()
+    ]
+    return _table(header, rows)
+
+
 def filtered_table(result: Mapping[str, Mapping[str, Any]]) -> str:
     """One row per tenant share of `run_filtered_bench`'s result."""
     header = ["share", "vectors", "search", "recall@10", "p50 ms", "p99 ms"]
@@ -72,6 +88,10 @@ def filtered_table(result: Mapping[str, Mapping[str, Any]]) -> str:
         ]
         for share, row in result.items()
     ]
+    return _table(header, rows)
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     return "\n".join(
         "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip()
@@ -81,11 +101,21 @@ def filtered_table(result: Mapping[str, Mapping[str, Any]]) -> str:
 
 def bench_filtered_command(args: argparse.Namespace) -> int:
     """Tenant-filtered dense search by tenant share: `{share: {recall@10, p50_ms, ...}}` plus
-    a `run` entry with what it ran on."""
-    result = run_filtered_bench(vectors=args.vectors, dim=FILTERED_DIM, queries=FILTERED_QUERIES)
-    print(f"filtered dense search: {args.vectors} vectors, dim {FILTERED_DIM}")
-    print(filtered_table(result))
-    run = {"vectors": args.vectors, "dim": FILTERED_DIM, "queries": FILTERED_QUERIES, **machine()}
+    a `run` entry with what it ran on. With `--acl` (or `--metadata`): ACLs (a metadata
+    range) allowing shares of one tenant's vectors, beside the unfiltered search."""
+    if args.acl or args.metadata:
+        kind: AccessKind = "acl" if args.acl else "metadata"
+        result = run_access_bench(
+            vectors=args.vectors, dim=FILTERED_DIM, queries=args.queries, kind=kind
+        )
+        print(f"{kind}-filtered dense search: one tenant of {args.vectors} vectors,"
+              f" dim {FILTERED_DIM}, {args.queries} queries")  # fmt: skip
+        print(access_table(result))
+    else:
+        result = run_filtered_bench(vectors=args.vectors, dim=FILTERED_DIM, queries=args.queries)
+        print(f"filtered dense search: {args.vectors} vectors, dim {FILTERED_DIM}")
+        print(filtered_table(result))
+    run = {"vectors": args.vectors, "dim": FILTERED_DIM, "queries": args.queries, **machine()}
     write_json(args.json, {**result, "run": run})
     return 0
 

@@ -204,6 +204,16 @@ def build_parser() -> argparse.ArgumentParser:
     b = bench.add_parser("filtered", help="tenant-filtered dense recall and latency")
     b.add_argument("--vectors", type=int, default=100_000)
     b.add_argument("--json", type=Path)
+    scope = b.add_mutually_exclusive_group()
+    scope.add_argument(
+        "--acl",
+        action="store_true",
+        help="instead: ACLs allowing 0.1-100 %% of ONE tenant's vectors (recall vs exact)",
+    )
+    scope.add_argument(
+        "--metadata", action="store_true", help="the same with a metadata range filter"
+    )
+    b.add_argument("--queries", type=int, default=200)
     b.set_defaults(run=_lazy("ragindex.app.bench_cli", "bench_filtered_command"))
     b = bench.add_parser("serve", help="HTTP vs in-process search, freshness, ingest throughput")
     b.add_argument("--chunks", type=int, default=100_000)

@@ -195,6 +195,15 @@ def epoch_seconds(timestamp: str) -> float:
     return moment.timestamp()
 
 
+def superseded(incoming: str | None, current: str | None) -> bool:
+    """Whether a version stamped `incoming` is older than the one stamped `current` (both RFC
+    3339): when two versions of a document are in flight, the newer `updated` wins. A version
+    without `updated` never loses (nor beats a newer one by its absence)."""
+    if incoming is None or current is None:
+        return False
+    return epoch_seconds(incoming) < epoch_seconds(current)
+
+
 def matches(chunk: Chunk, flt: Filter | None, principals: Collection[str] | None) -> bool:
     """Access + filter applied directly to a chunk: the oracle the terms must agree with."""
     allowed = principals is None or readable(chunk.acl, principals)

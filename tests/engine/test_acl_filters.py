@@ -30,6 +30,8 @@ from ragindex.router.generators import ExtractiveGenerator
 from ragindex.router.query import Access
 from ragindex.types import Document
 
+pytestmark = pytest.mark.slow
+
 TENANTS = ("alpha", "beta")
 PRINCIPALS = ("user:ann", "user:bob", "group:eng", "group:ops")
 TOPICS = (

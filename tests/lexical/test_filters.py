@@ -31,7 +31,7 @@ class TestElasticsearchFilters(FilteredLexicalContract):
     @classmethod
     def filtered_index(cls, es_server: EsServer) -> Iterator[ElasticsearchIndex]:
         index = ElasticsearchIndex.open(
-            es_server.url, f"f_{uuid.uuid4().hex[:12]}", refresh_interval_s=0.2
+            es_server.url, f"f_{uuid.uuid4().hex[:12]}", timeout_s=30.0, refresh_interval_s=0.2
         )
         index.upsert(random_corpus())
         yield index
