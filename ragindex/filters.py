@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ragindex.errors import InvalidInput
-from ragindex.types import Chunk, validate_principal, validate_timestamp
+from ragindex.types import MAX_METADATA_INT, Chunk, validate_principal, validate_timestamp
 
 MAX_FILTER_DEPTH = 4
 MAX_FILTER_CONDITIONS = 32
@@ -172,8 +172,8 @@ def _value(field: str, value: object, where: str) -> Any:
         return value
     if field == "updated":
         return epoch_seconds(validate_timestamp(where, value))
-    if isinstance(value, float) and not math.isfinite(value):
-        raise InvalidInput(f"{where}: numbers must be finite")
+    if _is_number(value) and not _in_number_range(value):
+        raise InvalidInput(f"{where}: numbers must be finite and within +-2**53")
     if value is not None and not isinstance(value, str | int | float | bool):
         raise InvalidInput(f"{where}: compare with a string, number, boolean or null")
     return value
@@ -182,9 +182,18 @@ def _value(field: str, value: object, where: str) -> Any:
 def _bound(field: str, value: object, where: str) -> float:
     if field == "updated":
         return epoch_seconds(validate_timestamp(where, value))
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise InvalidInput(f"{where}: a range bound on {field} must be a finite number")
-    return float(value)
+    if not _is_number(value) or not _in_number_range(value):
+        raise InvalidInput(
+            f"{where}: a range bound on {field} must be a finite number within +-2**53"
+        )
+    return float(value)  # type: ignore[arg-type]
+
+
+def _in_number_range(value: object) -> bool:
+    """Metadata numbers are within +-2**53 (MAX_METADATA_INT); so must their comparands be."""
+    if isinstance(value, int):
+        return abs(value) <= MAX_METADATA_INT
+    return isinstance(value, float) and math.isfinite(value) and abs(value) <= MAX_METADATA_INT
 
 
 def epoch_seconds(timestamp: str) -> float:

@@ -10,7 +10,17 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    Tag,
+)
 
 from ragindex.filters import (
     MAX_FILTER_CONDITIONS,
@@ -20,17 +30,22 @@ from ragindex.filters import (
 )
 from ragindex.router.auth import Grant
 from ragindex.router.query import Access
-from ragindex.types import MAX_ACL_PRINCIPALS, MAX_METADATA_STRING_CHARS, PRINCIPAL_PATTERN
+from ragindex.types import (
+    MAX_ACL_PRINCIPALS,
+    MAX_METADATA_INT,
+    MAX_METADATA_STRING_CHARS,
+    PRINCIPAL_PATTERN,
+)
 
 FIELD_PATTERN = r"^(source|updated|metadata\..{1,64})$"
-Scalar = (
-    StrictBool
-    | StrictInt
-    | StrictFloat
-    | Annotated[StrictStr, Field(max_length=MAX_METADATA_STRING_CHARS)]
-    | None
+Number = (
+    Annotated[StrictInt, Field(ge=-MAX_METADATA_INT, le=MAX_METADATA_INT)]
+    | Annotated[StrictFloat, Field(ge=-MAX_METADATA_INT, le=MAX_METADATA_INT)]
 )
-Bound = StrictInt | StrictFloat | Annotated[StrictStr, Field(max_length=40)]
+Scalar = (
+    StrictBool | Number | Annotated[StrictStr, Field(max_length=MAX_METADATA_STRING_CHARS)] | None
+)
+Bound = Number | Annotated[StrictStr, Field(max_length=40)]
 Principal = Annotated[StrictStr, Field(pattern=PRINCIPAL_PATTERN)]
 
 
@@ -70,7 +85,19 @@ class OrIn(_Strict):
     )
 
 
-FilterIn = AndIn | OrIn | ConditionIn
+def _filter_kind(value: object) -> str:
+    if isinstance(value, dict):
+        return "and" if "and" in value else "or" if "or" in value else "condition"
+    return "and" if hasattr(value, "and_") else "or" if hasattr(value, "or_") else "condition"
+
+
+# Tagged by its key, so that a bad filter gets the errors of the one form it is meant to be.
+FilterIn = Annotated[
+    Annotated[AndIn, Tag("and")]
+    | Annotated[OrIn, Tag("or")]
+    | Annotated[ConditionIn, Tag("condition")],
+    Discriminator(_filter_kind),
+]
 AndIn.model_rebuild()
 OrIn.model_rebuild()
 

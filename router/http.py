@@ -514,7 +514,7 @@ def create_app(
         finally:
             limiter.release(found.tenant)
 
-    def tenant(grant: Annotated[Grant, Depends(caller)]) -> str:
+    def tenant(grant: Grant = Depends(caller)) -> str:  # noqa: B008 (FastAPI's idiom)
         return grant.tenant
 
     def reads(scope: ReadScope, grant: Grant) -> Access:
@@ -580,7 +580,8 @@ def create_app(
         responses={**AUTH_ERRORS, **READ_ERRORS, **BACKEND_ERRORS, **BODY_ERRORS},
     )
     async def search(
-        body: SearchRequest, grant: Annotated[Grant, Depends(caller)]
+        body: SearchRequest,
+        grant: Grant = Depends(caller),  # noqa: B008 (FastAPI's idiom)
     ) -> SearchResponse:
         """Hybrid (or single-leg) search within the caller's tenant, over the chunks its
         principals may read and its `filter` selects (both applied inside every leg)."""
@@ -598,7 +599,8 @@ def create_app(
         responses={**AUTH_ERRORS, **READ_ERRORS, **BACKEND_ERRORS, **BODY_ERRORS},
     )
     async def answer(
-        body: AnswerRequest, grant: Annotated[Grant, Depends(caller)]
+        body: AnswerRequest,
+        grant: Grant = Depends(caller),  # noqa: B008 (FastAPI's idiom)
     ) -> AnswerResponse:
         """A cited answer from the caller's tenant's sources it may read (and its `filter`
         selects), or `refused: true`."""
