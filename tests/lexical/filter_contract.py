@@ -98,7 +98,13 @@ class FilteredLexicalContract:
     """Subclasses provide a `filtered_index` fixture: an index holding `random_corpus()`."""
 
     @settings(
-        max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+        max_examples=60,
+        deadline=None,
+        # one test method on two classes (tantivy, Elasticsearch) looks like two executors
+        suppress_health_check=[
+            HealthCheck.function_scoped_fixture,
+            HealthCheck.differing_executors,
+        ],
     )
     @given(
         tenant=st.sampled_from(TENANTS),
