@@ -29,6 +29,7 @@ import fcntl
 import itertools
 import json
 import os
+import shutil
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -144,6 +145,8 @@ class FileLog:
     ) -> list[LogRecord]:
         if max_records < 1:
             raise InvalidInput("max_records must be >= 1")
+        if not isinstance(from_offset, int) or from_offset < 0:
+            raise InvalidInput(f"from_offset must be an int >= 0, got {from_offset!r}")
         deadline = time.monotonic() + max(timeout_s, 0.0)
         while True:
             bounds = self._partition(self._read_state(), topic, partition)
@@ -184,7 +187,7 @@ class FileLog:
                 for record, pos in _records_from(f, start_pos, partition):
                     if record.offset >= end:
                         return out
-                    if record.offset >= from_offset:
+                    if record.offset >= from_offset and (not out or record.offset > out[-1].offset):
                         out.append(record)
                         self._positions[(topic, partition)] = _ReadPosition(
                             path, inode, record.offset + 1, pos
@@ -318,6 +321,27 @@ class FileLog:
             seg.fsync_dir(self.directory)
             self._commit(state, [])
 
+    def delete_topic(self, topic: str) -> None:
+        check_topic_name(topic)
+        with self._mutex:
+            if topic not in self._read_state()["topics"]:
+                return
+            self._writable()
+            state = copy.deepcopy(self._state)
+            partitions = state["topics"].pop(topic)["partitions"]
+            for p in range(partitions):
+                del state["partitions"][_pkey(topic, p)]
+                for offsets in state["groups"].values():
+                    offsets.pop(_pkey(topic, p), None)
+            self._commit(state, [])  # readers stop seeing it here; the files go after
+            for p in range(partitions):
+                act = self._active.pop((topic, p), None)
+                if act is not None:
+                    os.close(act.fd)
+                self._positions.pop((topic, p), None)
+            shutil.rmtree(self.directory / topic, ignore_errors=True)
+            seg.fsync_dir(self.directory)
+
     def append(self, topic: str, records: Sequence[tuple[int, bytes, bytes | None]]) -> list[int]:
         with self._mutex:
             return self._append(topic, records, None, {})
@@ -421,22 +445,43 @@ class FileLog:
                 for record, _pos in _records_from(f, 0, partition):
                     if record.offset < end:
                         newest[record.key] = record.offset
-        dropped = 0
-        for _, path in found[:-1]:  # the active segment is never rewritten
+        # Sealed segments (never the active one), merged into runs of up to segment_bytes so
+        # that compaction does not leave ever more small files behind. Each run is rewritten
+        # into its first segment (named by the lowest base, so offsets stay where readers look
+        # for them), then the rest of the run is deleted; readers skip offsets they already
+        # returned, so a read that overlaps the rewrite never yields a record twice.
+        dropped, run_bytes = 0, 0
+        run: list[tuple[Path, list[bytes], int]] = []
+        for _, path in found[:-1]:
             with open(path, "rb") as f:
                 records = [r for r, _pos in _records_from(f, 0, partition)]
-            kept = [r for r in records if newest.get(r.key) == r.offset]
-            if len(kept) == len(records):
-                continue
+            kept = [
+                seg.encode(r.offset, r.key, r.value) for r in records if newest[r.key] == r.offset
+            ]
             dropped += len(records) - len(kept)
-            if kept:
-                seg.replace_durably(
-                    path, b"".join(seg.encode(r.offset, r.key, r.value) for r in kept)
-                )
-            else:
-                path.unlink()
-                seg.fsync_dir(path.parent)
+            size = sum(map(len, kept))
+            if run and run_bytes + size > self.segment_bytes:
+                self._rewrite_run(run)
+                run, run_bytes = [], 0
+            run.append((path, kept, len(records)))
+            run_bytes += size
+        if run:
+            self._rewrite_run(run)
         return dropped
+
+    @staticmethod
+    def _rewrite_run(run: list[tuple[Path, list[bytes], int]]) -> None:
+        if len(run) == 1 and len(run[0][1]) == run[0][2]:
+            return  # one segment, nothing dropped
+        first = run[0][0]
+        merged = b"".join(frame for _, kept, _ in run for frame in kept)
+        if merged:
+            seg.replace_durably(first, merged)
+        else:
+            first.unlink()
+        for path, _, _ in run[1:]:
+            path.unlink()
+        seg.fsync_dir(first.parent)
 
     def close(self) -> None:
         with self._mutex:

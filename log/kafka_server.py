@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -27,6 +28,8 @@ from confluent_kafka.admin import AdminClient
 from ragindex.errors import BackendUnavailable
 
 KAFKA_VERSION = "4.4.0"
+SASL_MECHANISM = "SCRAM-SHA-512"
+SASL_USERNAME = "ragindex"
 JDK_CANDIDATES = (
     "/usr/lib/jvm/java-17-openjdk-amd64",
     "/usr/lib/jvm/java-21-openjdk-amd64",
@@ -70,16 +73,29 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _properties(port: int, controller_port: int, data: Path) -> str:
+def _properties(port: int, sasl_port: int, controller_port: int, data: Path) -> str:
     settings = {
         "process.roles": "broker,controller",
         "node.id": "1",
         "controller.quorum.bootstrap.servers": f"127.0.0.1:{controller_port}",
-        "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
-        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+        "listeners": (
+            f"PLAINTEXT://127.0.0.1:{port},SASL_PLAINTEXT://127.0.0.1:{sasl_port},"
+            f"CONTROLLER://127.0.0.1:{controller_port}"
+        ),
+        "advertised.listeners": (
+            f"PLAINTEXT://127.0.0.1:{port},SASL_PLAINTEXT://127.0.0.1:{sasl_port}"
+        ),
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": "PLAINTEXT",
-        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        "listener.security.protocol.map": (
+            "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT"
+        ),
+        # A second listener that needs SCRAM credentials (the user is created at format time),
+        # as the operator's external mode and Strimzi's SCRAM users do.
+        "sasl.enabled.mechanisms": SASL_MECHANISM,
+        "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config": (
+            "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+        ),
         "log.dirs": str(data),
         "auto.create.topics.enable": "false",
         "default.replication.factor": "1",
@@ -104,7 +120,9 @@ class KafkaServer:
     """A local one-node Kafka; `bootstrap` is what clients connect to."""
 
     port: int
+    sasl_port: int
     controller_port: int
+    sasl_password: str
     run_dir: Path
     java: str
     lib: Path
@@ -115,6 +133,11 @@ class KafkaServer:
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def sasl_bootstrap(self) -> str:
+        """The listener that needs SCRAM-SHA-512 credentials (SASL_USERNAME, sasl_password)."""
+        return f"127.0.0.1:{self.sasl_port}"
 
     @property
     def log_path(self) -> Path:
@@ -201,10 +224,21 @@ def start_kafka(heap_mb: int = 512, startup_timeout_s: float = 120.0) -> KafkaSe
     """Format a fresh KRaft storage on free loopback ports, start the broker, wait for it."""
     home = ensure_installed()
     run_dir = Path(tempfile.mkdtemp(prefix="ragindex-kafka-"))
-    server = KafkaServer(free_port(), free_port(), run_dir, find_java(), home / "lib", heap_mb)
+    server = KafkaServer(
+        free_port(),
+        free_port(),
+        free_port(),
+        secrets.token_hex(12),
+        run_dir,
+        find_java(),
+        home / "lib",
+        heap_mb,
+    )
     try:
         props = run_dir / "server.properties"
-        props.write_text(_properties(server.port, server.controller_port, run_dir / "data"))
+        props.write_text(
+            _properties(server.port, server.sasl_port, server.controller_port, run_dir / "data")
+        )
         cluster_id = subprocess.run(
             server._java("kafka.tools.StorageTool", "random-uuid"),
             capture_output=True,
@@ -221,6 +255,8 @@ def start_kafka(heap_mb: int = 512, startup_timeout_s: float = 120.0) -> KafkaSe
                 "-c",
                 str(props),
                 "--standalone",
+                "--add-scram",
+                f"{SASL_MECHANISM}=[name={SASL_USERNAME},password={server.sasl_password}]",
             ),
             capture_output=True,
             text=True,

@@ -148,16 +148,62 @@ def test_one_writer_per_directory_and_readers_need_no_lock(tmp_path: Path) -> No
 def test_segments_roll_compact_and_truncate_on_disk(tmp_path: Path) -> None:
     log = FileLog(tmp_path, segment_bytes=300)
     log.ensure_topic("t", 1, compacted=True)
-    for i in range(40):  # ten keys, four versions each, many small segments
-        log.append("t", [(0, f"k{i % 10}".encode(), f"v{i}".encode())])
+    for cold in range(20):  # each segment ends up holding one cold key among hot updates
+        log.append("t", [(0, f"cold{cold}".encode(), b"c")])
+        for i in range(10):
+            log.append("t", [(0, b"hot", f"h{cold}.{i}".encode())])
     directory = tmp_path / "t" / "0"
     kept = read_all(log, "t", 0)
-    assert {r.key: r.value for r in kept} == {
-        f"k{i}".encode(): f"v{30 + i}".encode() for i in range(10)
-    }
-    assert len(kept) < 40  # rolling compacted the sealed segments by itself
-    before = len(seg.segments(directory))
-    log.truncate("t", 0, 35)
+    newest = {f"cold{c}".encode(): b"c" for c in range(20)} | {b"hot": b"h19.9"}
+    assert {r.key: r.value for r in kept} == newest
+    assert len(kept) < 60  # rolling compacted the sealed segments by itself...
+    assert len(seg.segments(directory)) <= 6  # ...and merged them: no pile of small files
+    before, end = len(seg.segments(directory)), log.end_offset("t", 0)
+    log.truncate("t", 0, end - 3)
     assert len(seg.segments(directory)) < before
-    assert [r.offset for r in read_all(log, "t", 0, 35)] == [35, 36, 37, 38, 39]
+    assert [r.offset for r in read_all(log, "t", 0, end - 3)] == [
+        r.offset for r in kept if r.offset >= end - 3
+    ]
+    log.close()
+
+
+_EFBIG_SCRIPT = """
+import resource, sys
+from pathlib import Path
+from ragindex.errors import BackendUnavailable
+from ragindex.log import FileLog
+from ragindex.log import segments as seg
+
+log = FileLog(Path(sys.argv[1]))
+log.ensure_topic("t", 1, compacted=False)
+log.append("t", [(0, b"a", b"1" * 100)])
+size = seg.segments(Path(sys.argv[1]) / "t" / "0")[-1][1].stat().st_size
+soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+resource.setrlimit(resource.RLIMIT_FSIZE, (size + 1000, hard))  # Python ignores SIGXFSZ
+try:
+    log.append("t", [(0, b"b", b"2" * 5000)])  # a short write, then EFBIG
+except BackendUnavailable as e:
+    print("refused:", e)
+resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))  # the disk has room again
+print("later:", log.append("t", [(0, b"c", b"3" * 100)]))
+"""
+
+
+def test_a_real_file_size_limit_tears_a_write_and_nothing_acknowledged_is_lost(
+    tmp_path: Path,
+) -> None:
+    """No mock: RLIMIT_FSIZE makes the kernel cut the write short, then refuse it (EFBIG)."""
+    out = subprocess.run(
+        [sys.executable, "-c", _EFBIG_SCRIPT, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "refused:" in out.stdout and "File too large" in out.stdout
+    log = FileLog(tmp_path)
+    assert [(r.key, len(r.value or b"")) for r in read_all(log, "t", 0)] == [
+        (b"a", 100),
+        (b"c", 100),
+    ]
     log.close()

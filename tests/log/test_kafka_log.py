@@ -12,7 +12,7 @@ import pytest
 
 from ragindex.errors import BackendUnavailable
 from ragindex.log import KafkaLog, WriterFenced
-from ragindex.log.kafka_server import KafkaServer
+from ragindex.log.kafka_server import SASL_USERNAME, KafkaServer
 from ragindex.protocols import Log
 
 from .contract import LogContract, read_all
@@ -102,12 +102,17 @@ def test_broker_down_is_unavailable_quickly_and_writes_resume(kafka_server: Kafk
     log = _kafka_log(kafka_server, timeout_s=3.0)
     log.ensure_topic("outage", 1, compacted=False)
     log.append("outage", [(0, b"before", b"1")])
+    log.append_and_commit("outage", [(0, b"work", b"1")], group="g", consumed={("outage", 0): 1})
     kafka_server.stop_broker()
     try:
         started = time.monotonic()
         with pytest.raises(BackendUnavailable, match="Kafka"):
             log.append("outage", [(0, b"during", b"2")])
-        assert time.monotonic() - started < 30  # bounded by the client timeouts
+        with pytest.raises(BackendUnavailable, match="nothing of it is visible"):
+            log.append_and_commit(
+                "outage", [(0, b"half", b"2")], group="g", consumed={("outage", 0): 2}
+            )
+        assert time.monotonic() - started < 60  # bounded by the client timeouts
     finally:
         kafka_server.start_broker()
     deadline = time.monotonic() + 60
@@ -119,5 +124,58 @@ def test_broker_down_is_unavailable_quickly_and_writes_resume(kafka_server: Kafk
             if time.monotonic() > deadline:
                 raise
             time.sleep(1)
-    assert [r.key for r in read_all(log, "outage", 0)] == [b"before", b"after"]
+    assert [r.key for r in read_all(log, "outage", 0)] == [b"before", b"work", b"after"]
+    assert log.committed("g", "outage", 0) == 1  # the failed transaction committed nothing
     log.close()
+
+
+def test_an_open_transaction_is_invisible_to_readers(kafka_server: KafkaServer) -> None:
+    """read_committed: end_offset is the last stable offset, and records of a transaction
+    that is still open, then aborted, are never returned."""
+    from confluent_kafka import Producer
+
+    log = _kafka_log(kafka_server)
+    log.ensure_topic("lso", 1, compacted=False)
+    committed = log.append("lso", [(0, b"a", b"1")])
+    stable_end = log.end_offset("lso", 0)
+    other = Producer({"bootstrap.servers": kafka_server.bootstrap, "transactional.id": "lso"})
+    other.init_transactions(10)
+    other.begin_transaction()
+    other.produce("lso", key=b"open", value=b"x", partition=0)
+    other.flush(10)
+    assert log.end_offset("lso", 0) == stable_end
+    assert log.read("lso", 0, 0, timeout_s=0.5) == [read_all(log, "lso", 0)[0]]
+    other.abort_transaction(10)
+    later = log.append("lso", [(0, b"b", b"2")])
+    assert [(r.offset, r.key) for r in read_all(log, "lso", 0)] == [
+        (committed[0], b"a"),
+        (later[0], b"b"),
+    ]
+    log.close()
+
+
+def test_credentials_reach_a_scram_listener_and_wrong_ones_are_refused(
+    kafka_server: KafkaServer,
+) -> None:
+    """The operator's external mode: SASL username and password from the constructor."""
+    secure = KafkaLog(
+        kafka_server.sasl_bootstrap,
+        username=SASL_USERNAME,
+        password=kafka_server.sasl_password,
+        security_protocol="SASL_PLAINTEXT",
+        timeout_s=5.0,
+    )
+    secure.ensure_topic("sasl.t", 1, compacted=True)
+    offsets = secure.append("sasl.t", [(0, b"k", b"v")])
+    assert [r.offset for r in read_all(secure, "sasl.t", 0)] == offsets
+    secure.close()
+    wrong = KafkaLog(
+        kafka_server.sasl_bootstrap,
+        username=SASL_USERNAME,
+        password="not-the-password",
+        security_protocol="SASL_PLAINTEXT",
+        timeout_s=3.0,
+    )
+    with pytest.raises(BackendUnavailable, match=r"(?i)authentication"):
+        wrong.partitions("sasl.t")
+    wrong.close()
