@@ -15,10 +15,10 @@ import time
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Annotated, Literal, Protocol
 
 import numpy as np
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, BeforeValidator, Field, Strict
 
 from ragindex.errors import InvalidInput
 from ragindex.protocols import Embedder
@@ -275,11 +275,21 @@ def _timed(timings: dict[str, float], stage: str) -> Iterator[None]:
         timings[stage] = round((time.perf_counter() - start) * 1000, 3)
 
 
+def _whole_float(value: object) -> object:
+    """JSON Schema counts 19.0 as an integer, so the API does too; 19.5 and "19" stay refused."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+Count = Annotated[int, Strict(), Field(ge=1, le=MAX_K), BeforeValidator(_whole_float)]
+"""How many chunks or hits (1..MAX_K), an integer as JSON Schema means it (19.0 counts).
+The bounds sit before the validator so that the schema states them as minimum/maximum."""
+
+
 class AnswerRequest(ReadScope):
     """Body of POST /v1/answer; the tenant comes from the caller's credentials, not from here."""
 
     question: str = Field(min_length=1, max_length=MAX_QUERY_CHARS, pattern=VISIBLE_PATTERN)
-    k: int = Field(DEFAULT_MAX_CHUNKS, ge=1, le=MAX_K)
+    k: Count = DEFAULT_MAX_CHUNKS
 
 
 class SourceModel(BaseModel):

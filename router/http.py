@@ -41,13 +41,14 @@ from ragindex.errors import (
     BackendUnavailable,
     IdentityMismatch,
     InvalidInput,
+    NotConfigured,
     RagIndexError,
 )
 from ragindex.router.access import Principal, PrincipalNotGranted, ReadScope, access_for
-from ragindex.router.answer import Answer, AnswerRequest, AnswerResponse
+from ragindex.router.answer import Answer, AnswerRequest, AnswerResponse, Count
 from ragindex.router.auth import Grant, TokenVerifier
 from ragindex.router.limits import TenantLimiter
-from ragindex.router.query import MAX_K, MAX_QUERY_CHARS, Access, SearchResult
+from ragindex.router.query import MAX_QUERY_CHARS, Access, SearchResult
 from ragindex.types import (
     ID_PART_PATTERN,
     MAX_ACL_PRINCIPALS,
@@ -200,7 +201,7 @@ class AcceptedResponse(BaseModel):
 
 class SearchRequest(ReadScope):
     query: StrictStr = Field(min_length=1, max_length=MAX_QUERY_CHARS, pattern=VISIBLE_PATTERN)
-    k: StrictInt | None = Field(None, ge=1, le=MAX_K, description="Hits to return (1..100).")
+    k: Count | None = Field(None, description="Hits to return (1..100).")
     mode: Literal["hybrid", "dense", "lexical"] = "hybrid"
     rerank: StrictBool | None = Field(None, description="Rerank; default: when configured.")
 
@@ -253,10 +254,10 @@ def status_for_error(err: BaseException) -> int:
     cause = getattr(err, "cause", None)
     if isinstance(cause, BaseException) and cause is not err:
         err = cause
+    if isinstance(err, (IdentityMismatch, NotConfigured)):
+        return 409
     if isinstance(err, InvalidInput):
         return 400
-    if isinstance(err, IdentityMismatch):
-        return 409
     if isinstance(err, BackendUnavailable):
         return 503
     return 500
@@ -425,7 +426,10 @@ AUTH_ERRORS: dict[int | str, dict[str, Any]] = {
 }
 BACKEND_ERRORS: dict[int | str, dict[str, Any]] = {
     400: _error("The request is well-formed but its content is refused (says why)."),
-    409: _error("The index was built by another embedding model than this replica runs."),
+    409: _error(
+        "The request asks for what this index is not set up to do (e.g. rerank without a"
+        " reranker), or the index was built by another embedding model than this replica runs."
+    ),
     503: _error("The index is opening or a backend is down; retry shortly."),
 }
 BODY_ERRORS: dict[int | str, dict[str, Any]] = {

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from ragindex.config import FusionSpec, LexicalSpec, RerankerSpec, RocchioSpec
-from ragindex.errors import BackendUnavailable, InvalidInput
+from ragindex.errors import BackendUnavailable, InvalidInput, NotConfigured
 from ragindex.feedback import rocchio
 from ragindex.filters import Filter, TermExpr, compile_access, matches
 from ragindex.fusion import reciprocal_rank_fusion
@@ -107,7 +107,7 @@ class QueryEngine:
         query, k, checked_mode = validate_search(query, self.fusion.top_k if k is None else k, mode)
         use_rerank = self.reranker is not None if rerank is None else rerank
         if use_rerank and self.reranker is None:
-            raise InvalidInput("rerank was requested but this index has no reranker configured")
+            raise NotConfigured("rerank was requested but this index has no reranker configured")
 
         result = SearchResult(hits=[])
         timings = result.timings_ms

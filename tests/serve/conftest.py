@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -12,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from ragindex.app.serve_cli import ray_environment
 from ragindex.config import RagIndexSpec
 from ragindex.serve_config import render_serve_config
 
@@ -19,8 +21,10 @@ for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-os.environ["RAY_AUTH_MODE"] = "disabled"
+# Ray in these tests runs as `ragindex serve` runs it: token authentication on, the token in
+# a data directory (here one for the session, made before Ray is imported).
+os.environ.pop("RAY_AUTH_TOKEN", None)
+os.environ.update(ray_environment(Path(tempfile.mkdtemp(prefix="ragindex-ray-auth-"))))
 
 
 def free_port() -> int:
