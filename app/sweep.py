@@ -28,6 +28,7 @@ from ragindex.evals.split import SPLITS, split_queries
 from ragindex.router.query import QueryEngine
 
 METRICS = ("ndcg@10", "recall@100")
+ALL_LEGS = ("bm25", "dense", "hybrid")
 Variant = tuple[str, dict[str, Any]]  # a label and the spec fields it changes (nested dict)
 
 
@@ -42,20 +43,20 @@ def with_change(spec: RagIndexSpec, change: dict[str, Any]) -> RagIndexSpec:
     return RagIndexSpec.model_validate(_merge(spec.model_dump(), change))
 
 
-def stages() -> list[tuple[str, list[Variant]]]:
-    """The grid, stage by stage; each stage starts from the previous stage's choice."""
+def stages() -> list[tuple[str, tuple[str, ...], list[Variant]]]:
+    """The grid, stage by stage: a name, the legs a change there can move, the variants.
+    Each stage starts from the previous stage's choice, which it keeps unless a variant
+    beats it on the tuning half."""
     return [
         (
             "bm25 fields",
-            [
-                (f"titleBoost={t}", {"lexical": {"title_boost": t}})
-                for t in (1.0, 0.0, 0.5, 2.0, 3.0)
-            ],
+            ("bm25", "dense", "hybrid"),
+            [(f"titleBoost={t}", {"lexical": {"title_boost": t}}) for t in (1.0, 0.0, 0.5, 2.0)],
         ),
         (
             "rm3",
-            [("rm3 off", {})]
-            + [
+            ("bm25", "hybrid"),
+            [
                 (
                     f"rm3 docs={d} terms={n} orig={w}",
                     {
@@ -64,32 +65,35 @@ def stages() -> list[tuple[str, list[Variant]]]:
                         }
                     },
                 )
-                for d in (5, 10)
-                for n in (10, 20)
-                for w in (0.5, 0.7)
+                for d, n, w in ((10, 10, 0.5), (5, 10, 0.5), (10, 20, 0.5), (10, 10, 0.7))
             ],
         ),
         (
             "rocchio",
-            [("rocchio off", {})]
-            + [
+            ("dense", "hybrid"),
+            [
                 (
                     f"rocchio docs={d} beta={b}",
                     {"feedback": {"rocchio": {"enabled": True, "docs": d, "beta": b}}},
                 )
-                for d in (3, 5)
-                for b in (0.3, 0.6)
+                for d, b in ((3, 0.5), (3, 1.0))
             ],
         ),
         (
             "fusion",
+            ("hybrid",),
             [
                 (
                     f"rrfK={k} dense={dw} lexical={lw}",
                     {"fusion": {"rrf_k": k, "dense_weight": dw, "lexical_weight": lw}},
                 )
-                for k in (60, 20, 100)
-                for dw, lw in ((1.0, 1.0), (1.0, 0.7), (1.0, 1.5), (0.7, 1.0))
+                for k, dw, lw in (
+                    (20, 1.0, 1.0),
+                    (60, 1.0, 0.7),
+                    (60, 0.7, 1.0),
+                    (60, 1.0, 1.5),
+                    (100, 1.0, 1.0),
+                )
             ],
         ),
     ]
@@ -143,27 +147,32 @@ def sweep(
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     chosen = base
+    chosen_row = {"variant": "base", **measure(engine, collection, base, ALL_LEGS)}
     results: list[dict[str, Any]] = []
-    for stage, variants in stages():
-        best: tuple[float, RagIndexSpec, str] | None = None
+    for stage, legs, variants in stages():
+        best = (chosen_row["hybrid"]["tune"]["ndcg@10"], chosen, chosen_row)
+        results.append({**chosen_row, "stage": stage, "variant": f"{chosen_row['variant']}"})
         for label, change in variants:
             spec = with_change(chosen, change)
-            legs = ("bm25", "dense", "hybrid")
-            row = {"stage": stage, "variant": label, **measure(engine, collection, spec, legs)}
+            if spec == chosen:
+                continue
+            # Legs a stage cannot move keep the chosen spec's figures.
+            row = {**chosen_row, "stage": stage, "variant": label}
+            row |= measure(engine, collection, spec, legs)
             results.append(row)
-            tune = row["hybrid"]["tune"]["ndcg@10"]
-            nd = {leg: [row[leg][sp]["ndcg@10"] for sp in SPLITS] for leg in legs}
+            nd = {leg: [row[leg][sp]["ndcg@10"] for sp in SPLITS] for leg in ALL_LEGS}
             log(
-                f"{stage:12} {label:38} "
+                f"{stage:12} {label:34} "
                 + "  ".join(
                     f"{leg} " + "/".join(f"{v:.4f}" for v in vals) for leg, vals in nd.items()
                 )
+                + f"  ms {row['bm25']['ms_per_query']}/{row['dense']['ms_per_query']}"
+                f"/{row['hybrid']['ms_per_query']}"
             )
-            if best is None or tune > best[0]:
-                best = (tune, spec, label)
-        assert best is not None
-        chosen = best[1]
-        log(f"-> {stage}: {best[2]}")
+            if row["hybrid"]["tune"]["ndcg@10"] > best[0]:
+                best = (row["hybrid"]["tune"]["ndcg@10"], spec, row)
+        _, chosen, chosen_row = best
+        log(f"-> {stage}: {chosen_row['variant']}")
     return {
         "chosen": chosen.model_dump(mode="json", by_alias=True),
         "results": results,
@@ -173,17 +182,72 @@ def sweep(
     }
 
 
+def added_latency(
+    engine: LocalEngine, collection: Collection, base: RagIndexSpec, queries: int = 100
+) -> dict[str, dict[str, Any]]:
+    """Median in-process ms per query of each option against the base, interleaved query by
+    query in one run (so box noise hits both alike): {option: {leg, base_ms, option_ms}}."""
+    options: dict[str, tuple[str, dict[str, Any]]] = {
+        "rm3 (docs=5, terms=10)": (
+            "lexical",
+            {"feedback": {"rm3": {"enabled": True, "docs": 5, "terms": 10}}},
+        ),
+        "rocchio (docs=3)": ("dense", {"feedback": {"rocchio": {"enabled": True, "docs": 3}}}),
+        "weighted fusion": ("hybrid", {"fusion": {"dense_weight": 1.0, "lexical_weight": 0.7}}),
+    }
+    texts = [collection.queries[q].text for q in collection.judged_queries()[:queries]]
+
+    def engine_for(spec: RagIndexSpec) -> QueryEngine:
+        lexical = open_lexical(spec, engine.data_dir, engine.embedder.identity, read_only=True)
+        return QueryEngine(
+            engine.embedder,
+            engine.dense,
+            lexical,
+            engine.store,
+            fusion=spec.fusion,
+            lexical_spec=spec.lexical,
+            rocchio=spec.feedback.rocchio,
+        )
+
+    out: dict[str, dict[str, Any]] = {}
+    plain = engine_for(base)
+    for name, (mode, change) in options.items():
+        variant = engine_for(with_change(base, change))
+        times: dict[str, list[float]] = {"base": [], "option": []}
+        for text in texts:
+            for key, query in (("base", plain), ("option", variant)):
+                start = time.perf_counter()
+                query.search("default", text, k=100, mode=mode)
+                times[key].append((time.perf_counter() - start) * 1000)
+        medians = {k: sorted(v)[len(v) // 2] for k, v in times.items()}
+        out[name] = {
+            "mode": mode,
+            "base_ms": round(medians["base"], 2),
+            "option_ms": round(medians["option"], 2),
+        }
+        variant.lexical.close()
+        print(name, out[name])
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ragindex.app.sweep", description=__doc__)
     parser.add_argument("--spec", type=Path, help="base spec YAML (default: the default spec)")
     parser.add_argument("--json", type=Path, required=True, help="write every variant here")
+    parser.add_argument(
+        "--latency", action="store_true", help="only the interleaved added-latency comparison"
+    )
     args = parser.parse_args(argv)
     base = load_spec(args.spec)
     collection = resolve_collection("cranfield")
     engine = LocalEngine.open(eval_data_dir(collection, base), base)
     try:
         ingest_collection(collection, lambda tenant, docs: engine.ingest.upsert(tenant, docs))
-        out = sweep(engine, collection, base)
+        out = (
+            {"added_latency": added_latency(engine, collection, base)}
+            if args.latency
+            else sweep(engine, collection, base)
+        )
     finally:
         engine.close()
     args.json.write_text(json.dumps(out, indent=2) + "\n")
