@@ -271,7 +271,7 @@ class ChunkStore:
             out.update((r["chunk_id"], _row_to_chunk(tenant, r)) for r in rows)
         return out
 
-    def allowed_ids(self, tenant_id: str, access: TermExpr) -> set[str]:
+    def allowed_ids(self, tenant_id: str, access: TermExpr) -> frozenset[str]:
         """The live chunk ids of a tenant that `access` allows (ragindex.filters)."""
         tenant = validate_tenant(tenant_id)
         with self._lock:

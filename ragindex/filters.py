@@ -443,11 +443,19 @@ def dense_plan(allowed: int, live: int, top_k: int, ef_search: int, exact_max: i
 
 
 class TermPostings:
-    """Filter terms -> chunk ids of one tenant, for the dense leg to select allowed ids."""
+    """Filter terms -> chunk ids of one tenant, for the dense leg to select allowed ids.
+
+    The selection of an expression is kept until the next write (a user's principals and
+    filters repeat across queries), as one frozenset object: the partitions key their own
+    id-selector caches on it, and a frozenset hashes once."""
+
+    CACHED = 16
 
     def __init__(self) -> None:
         self._postings: dict[str, set[str]] = {}
         self._terms: dict[str, frozenset[str]] = {}
+        self._selected: dict[TermExpr, frozenset[str]] = {}
+        self._writes = 0  # a selection that raced a write (another thread) is not kept
 
     def __len__(self) -> int:
         return len(self._terms)
@@ -458,6 +466,8 @@ class TermPostings:
         self._terms[chunk.chunk_id] = terms
         for term in terms:
             self._postings.setdefault(term, set()).add(chunk.chunk_id)
+        self._writes += 1
+        self._selected.clear()
 
     def remove(self, chunk_id: str) -> None:
         for term in self._terms.pop(chunk_id, ()):
@@ -465,6 +475,16 @@ class TermPostings:
             ids.discard(chunk_id)
             if not ids:
                 del self._postings[term]
+        self._writes += 1
+        self._selected.clear()
 
-    def select(self, expr: TermExpr) -> set[str]:
-        return select(expr, self._postings)
+    def select(self, expr: TermExpr) -> frozenset[str]:
+        found = self._selected.get(expr)
+        if found is None:
+            writes = self._writes
+            found = frozenset(select(expr, self._postings))
+            if writes == self._writes:
+                if len(self._selected) >= self.CACHED:
+                    self._selected.pop(next(iter(self._selected)), None)
+                self._selected[expr] = found
+        return found

@@ -32,6 +32,7 @@ from ragindex.shards.vectors import (
 from ragindex.types import ScoredId
 
 Kind = Literal["flat", "hnsw"]
+ALLOWED_CACHED = 16
 
 
 def choose_kind(live: int, exact_threshold: int) -> Kind:
@@ -57,6 +58,9 @@ class TenantPartition:
         self._tombstones: set[int] = set()  # retired ids still inside an HNSW graph
         self._next_id = 0
         self._selector: tuple[Any, Any] | None = None  # (IDSelectorBatch, IDSelectorNot)
+        # allowed ids (a frozenset, as TermPostings.select keeps it) -> (internal ids, selector),
+        # until the next write
+        self._allowed: dict[frozenset[str], tuple[np.ndarray, Any]] = {}
 
     def __len__(self) -> int:
         return len(self._internal)
@@ -101,6 +105,7 @@ class TenantPartition:
         else:
             self._retire(replaced)
             self._index.add_with_ids(vecs, new_internal)
+        self._allowed.clear()
         for cid, iid in zip(ids, new_internal.tolist(), strict=True):
             self._chunk.pop(self._internal.get(cid, -1), None)
             self._internal[cid] = iid
@@ -110,6 +115,7 @@ class TenantPartition:
     def delete(self, chunk_ids: Sequence[str]) -> int:
         """Retire the given chunk ids (unknown ones are ignored); returns how many were live."""
         ids = validate_chunk_ids(chunk_ids)
+        self._allowed.clear()
         retired = [self._internal.pop(c) for c in ids if c in self._internal]
         for iid in retired:
             del self._chunk[iid]
@@ -135,6 +141,7 @@ class TenantPartition:
         if len(internal_ids):
             index.add_with_ids(vecs, internal_ids)
         self._index, self.kind = index, kind
+        self._allowed.clear()
         self._tombstones.clear()
         self._selector = None
 
@@ -154,9 +161,7 @@ class TenantPartition:
         k = validate_top_k(top_k)
         if allowed is None:
             return self._search_all(query, min(k, len(self._internal)))
-        wanted = np.fromiter(
-            (self._internal[c] for c in allowed if c in self._internal), dtype=np.int64
-        )
+        wanted, selector = self._allowed_ids(allowed)
         plan = dense_plan(
             len(wanted), len(self._internal), k, self.hnsw.ef_search, self.exact_threshold
         )
@@ -168,9 +173,24 @@ class TenantPartition:
             return [ScoredId(self._chunk[int(wanted[i])], float(scores[i])) for i in top]
         params = faiss.SearchParametersHNSW()  # type: ignore[attr-defined]  # no stub
         params.efSearch = max(plan.ef_search, k)
-        params.sel = faiss.IDSelectorBatch(wanted)  # live ids only: no tombstone inside
+        params.sel = selector  # live ids only: no tombstone inside
         scores_, labels = self._index.search(query, min(k, len(wanted)), params=params)
         return self._hits(scores_, labels)
+
+    def _allowed_ids(self, allowed: Collection[str]) -> tuple[np.ndarray, Any]:
+        """Internal ids of the live allowed chunks and their IDSelectorBatch (cached per
+        frozenset until the next write: repeated principals and filters cost nothing)."""
+        key = allowed if isinstance(allowed, frozenset) else None
+        if key is not None and key in self._allowed:
+            return self._allowed[key]
+        internal = self._internal
+        wanted = np.fromiter((internal[c] for c in allowed if c in internal), dtype=np.int64)
+        found = wanted, faiss.IDSelectorBatch(wanted)
+        if key is not None:
+            if len(self._allowed) >= ALLOWED_CACHED:
+                self._allowed.pop(next(iter(self._allowed)))
+            self._allowed[key] = found
+        return found
 
     def _search_all(self, query: Vectors, k: int) -> list[ScoredId]:
         if k == 0:
