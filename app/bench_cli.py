@@ -59,7 +59,7 @@ def write_json(path: Path | None, payload: Mapping[str, Any]) -> None:
 
 def access_table(result: Mapping[str, Mapping[str, Any]]) -> str:
     """One row per allowed share of `run_access_bench`'s result, the unfiltered search first."""
-    header = ["allows", "vectors", "plan", "recall@10", "p50 ms", "p99 ms"]
+    header = ["allows", "vectors", "plan", "recall@10", "p50 ms", "p99 ms", "first ms"]
     rows = [
         [
             share,
@@ -68,6 +68,7 @@ def access_table(result: Mapping[str, Mapping[str, Any]]) -> str:
             f"{row['recall@10']:.4f}",
             f"{row['p50_ms']:.3f}",
             f"{row['p99_ms']:.3f}",
+            f"{row['first_ms']:.3f}",
         ]
         for share, row in result.items()
     ]

@@ -301,5 +301,6 @@ def _measure_access(
         "recall@10": round(float(np.mean(recalls)), 4),
         "p50_ms": round(float(np.percentile(latencies, 50)), 3),
         "p99_ms": round(float(np.percentile(latencies, 99)), 3),
+        "first_ms": round(latencies[0], 3),  # this filter's first query: selection not cached
         "allowed": len(allowed),
     }
