@@ -33,6 +33,7 @@ from ragindex.types import ScoredId
 
 Kind = Literal["flat", "hnsw"]
 ALLOWED_CACHED = 16
+GATHERED_CACHED = 4  # matrices of at most max(exact_threshold, 12 % of the partition) vectors
 
 
 def choose_kind(live: int, exact_threshold: int) -> Kind:
@@ -61,6 +62,7 @@ class TenantPartition:
         # allowed ids (a frozenset, as TermPostings.select keeps it) -> (internal ids, selector),
         # until the next write
         self._allowed: dict[frozenset[str], tuple[np.ndarray, Any]] = {}
+        self._gathered: dict[frozenset[str], Vectors] = {}  # their vectors, for exact search
 
     def __len__(self) -> int:
         return len(self._internal)
@@ -106,6 +108,7 @@ class TenantPartition:
             self._retire(replaced)
             self._index.add_with_ids(vecs, new_internal)
         self._allowed.clear()
+        self._gathered.clear()
         for cid, iid in zip(ids, new_internal.tolist(), strict=True):
             self._chunk.pop(self._internal.get(cid, -1), None)
             self._internal[cid] = iid
@@ -116,6 +119,7 @@ class TenantPartition:
         """Retire the given chunk ids (unknown ones are ignored); returns how many were live."""
         ids = validate_chunk_ids(chunk_ids)
         self._allowed.clear()
+        self._gathered.clear()
         retired = [self._internal.pop(c) for c in ids if c in self._internal]
         for iid in retired:
             del self._chunk[iid]
@@ -142,6 +146,7 @@ class TenantPartition:
             index.add_with_ids(vecs, internal_ids)
         self._index, self.kind = index, kind
         self._allowed.clear()
+        self._gathered.clear()
         self._tombstones.clear()
         self._selector = None
 
@@ -168,7 +173,7 @@ class TenantPartition:
         if not len(wanted):
             return []
         if plan.exact or self.kind == "flat":
-            scores = self._vectors_of(wanted) @ query[0]
+            scores = self._gathered_vectors(allowed, wanted) @ query[0]
             top = np.argsort(-scores, kind="stable")[:k]
             return [ScoredId(self._chunk[int(wanted[i])], float(scores[i])) for i in top]
         params = faiss.SearchParametersHNSW()  # type: ignore[attr-defined]  # no stub
@@ -191,6 +196,19 @@ class TenantPartition:
                 self._allowed.pop(next(iter(self._allowed)))
             self._allowed[key] = found
         return found
+
+    def _gathered_vectors(self, allowed: Collection[str], wanted: np.ndarray) -> Vectors:
+        """The allowed vectors as one matrix: gathered once per allowed set until the next
+        write (gathering costs more than the search), for a few sets at a time."""
+        key = allowed if isinstance(allowed, frozenset) else None
+        if key is not None and key in self._gathered:
+            return self._gathered[key]
+        vectors = self._vectors_of(wanted)
+        if key is not None:
+            if len(self._gathered) >= GATHERED_CACHED:
+                self._gathered.pop(next(iter(self._gathered)))
+            self._gathered[key] = vectors
+        return vectors
 
     def _search_all(self, query: Vectors, k: int) -> list[ScoredId]:
         if k == 0:
