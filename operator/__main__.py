@@ -53,7 +53,13 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[OperatorOptions, argp
     p.add_argument("--image", default=RenderOptions.image, help="Ray image with ragindex")
     p.add_argument("--ray-version", default=RenderOptions.ray_version)
     p.add_argument("--elasticsearch-version", default=RenderOptions.elasticsearch_version)
-    p.add_argument("--storage-class", default=None)
+    p.add_argument("--storage-class", default=None, help="managed Kafka nodes' claims")
+    p.add_argument(
+        "--kuberay-namespace",
+        default=None,
+        help="namespace of KubeRay's operator (the one admitted to the Ray dashboard port);"
+        " unset: its pods in any namespace",
+    )
     p.add_argument("--ray-dashboard", default="http://127.0.0.1:8265")
     p.add_argument("--serve-host", default="127.0.0.1")
     p.add_argument("--serve-port", type=int, default=8000)
@@ -69,6 +75,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[OperatorOptions, argp
         ray_version=args.ray_version,
         elasticsearch_version=args.elasticsearch_version,
         storage_class=args.storage_class,
+        kuberay_namespace=args.kuberay_namespace,
     )
     extra = {"local_data_root": args.local_data_root} if args.local_data_root else {}
     options = OperatorOptions(
