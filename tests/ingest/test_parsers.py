@@ -196,13 +196,19 @@ ADVERSARIAL_LINES = {
 @pytest.mark.timeout(120)  # the quadratic heading regex took hours on the first shape
 @pytest.mark.parametrize("shape", sorted(ADVERSARIAL_LINES))
 def test_markdown_parsing_is_linear_on_adversarial_lines(shape: str) -> None:
+    import gc
     import time
 
     def parse_time(text: str) -> float:
-        start = time.perf_counter()
-        parse_blocks(text, "markdown")
-        parse_blocks(text, "text")
-        return time.perf_counter() - start
+        gc.collect()
+        gc.disable()  # the collector's pauses are not the parser's complexity
+        try:
+            start = time.perf_counter()
+            parse_blocks(text, "markdown")
+            parse_blocks(text, "text")
+            return time.perf_counter() - start
+        finally:
+            gc.enable()
 
     text = ADVERSARIAL_LINES[shape]
     assert len(text) <= MAX_DOCUMENT_CHARS
@@ -211,7 +217,7 @@ def test_markdown_parsing_is_linear_on_adversarial_lines(shape: str) -> None:
     print(f"parse {shape!r}: {len(text):,} characters in {full:.3f} s (a quarter: {quarter:.3f} s)")
     # Linear: 4x the text, ~4x the time; quadratic would be 16x (and hours at this size).
     # Ratios measured in one run hold on a busy box where absolute times do not.
-    assert full < 8 * quarter + 1.0, f"{shape}: {full:.2f} s vs {quarter:.2f} s for a quarter"
+    assert full < 10 * quarter + 1.0, f"{shape}: {full:.2f} s vs {quarter:.2f} s for a quarter"
 
 
 def test_a_long_heading_keeps_its_title_and_drops_closing_hashes() -> None:
