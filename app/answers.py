@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from ragindex.config import GeneratorSpec, RagIndexSpec
-from ragindex.errors import InvalidInput
 from ragindex.evals.answers import cranfield_cases, evaluate_answers, out_of_domain_cases
 from ragindex.evals.collections import Collection
 from ragindex.protocols import Embedder
@@ -33,15 +31,8 @@ def answer_service(spec: RagIndexSpec, query: QueryEngine, embedder: Embedder) -
 
 
 def generator_api_key(gen: GeneratorSpec, environ: Mapping[str, str]) -> str | None:
-    """The generator's API key: from its file (a mounted Secret) or its RAGINDEX_GENERATOR_*
-    variable (the spec's pattern allows no other name); None when neither is configured."""
-    if gen.api_key_file:
-        try:
-            return Path(gen.api_key_file).read_text().strip() or None
-        except OSError as err:
-            raise InvalidInput(
-                f"generator.apiKeyFile {gen.api_key_file} cannot be read ({err.strerror})"
-            ) from None
+    """The generator's API key from its RAGINDEX_GENERATOR_* variable (the spec's pattern
+    allows no other name; the operator injects apiKeySecret as one); None when unset."""
     return environ.get(gen.api_key_env) if gen.api_key_env else None
 
 

@@ -223,11 +223,6 @@ class GeneratorSpec(_Spec):
         " `RAGINDEX_GENERATOR_*` names, so a spec cannot send another credential of the"
         " process (e.g. the Elasticsearch password) to an arbitrary baseUrl.",
     )
-    api_key_file: str | None = Field(
-        None,
-        description="File that holds the endpoint's API key (a mounted Secret); used instead"
-        " of apiKeyEnv when set.",
-    )
     api_key_secret: str | None = Field(
         None,
         description="Cluster runtime: Secret whose `api-key` key holds the endpoint's API key;"
@@ -236,12 +231,6 @@ class GeneratorSpec(_Spec):
         " Exclusive with apiKeyEnv.",
     )
     timeout_s: float = Field(30, gt=0, le=600, description="Timeout of one generation call.")
-
-    @model_validator(mode="after")
-    def _one_key_source(self) -> GeneratorSpec:
-        if self.api_key_env and self.api_key_file:
-            raise ValueError("set generator.apiKeyEnv or generator.apiKeyFile, not both")
-        return self
 
     @model_validator(mode="after")
     def _endpoint_for_remote(self) -> GeneratorSpec:

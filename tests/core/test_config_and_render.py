@@ -90,9 +90,3 @@ def test_generator_keys_come_only_from_ragindex_generator_variables(name):
         RagIndexSpec.model_validate({"generator": spec["generator"] | {"apiKeyEnv": name}})
     good = spec["generator"] | {"apiKeyEnv": "RAGINDEX_GENERATOR_KEY"}
     assert RagIndexSpec.model_validate({"generator": good}).generator.api_key_env
-
-
-def test_generator_key_sources_are_exclusive():
-    gen = {"apiKeyEnv": "RAGINDEX_GENERATOR_KEY", "apiKeyFile": "/secrets/key"}
-    with pytest.raises(ValidationError, match="not both"):
-        RagIndexSpec.model_validate({"generator": gen})

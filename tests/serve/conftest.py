@@ -23,6 +23,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # Ray in these tests runs as `ragindex serve` runs it: token authentication on, the token in
 # a data directory (here one for the session, made before Ray is imported).
+os.environ.setdefault("RAY_raylet_start_wait_time_s", "180")  # 2 shared cores start Ray slowly
 os.environ.pop("RAY_AUTH_TOKEN", None)
 os.environ.update(ray_environment(Path(tempfile.mkdtemp(prefix="ragindex-ray-auth-"))))
 
@@ -54,7 +55,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedApp]:
 
     data_dir = tmp_path_factory.mktemp("serve-data")
     port = free_port()
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
         spec = RagIndexSpec.model_validate({"dense": {"shards": 2}})
@@ -107,7 +108,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedApp]:
         host="127.0.0.1",
         port=port,
     )
-    ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=8, include_dashboard=False, log_to_driver=False)
     try:
         serve.start(http_options=config["http_options"])
         client = _get_global_client()

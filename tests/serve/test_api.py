@@ -244,10 +244,10 @@ BAD_REQUESTS: list[tuple[str, str, Any, int, str]] = [
         "POST",
         "/v1/documents",
         b'{"documents": [{"source": "s", "doc_id": "d", "text": "a\\ud800"}]}',
-        400,
-        "lone surrogate",
+        422,
+        "unicode",
     ),
-    ("POST", "/v1/search", b'{"query": "lift \\udc00"}', 400, "lone surrogate"),
+    ("POST", "/v1/search", b'{"query": "lift \\udc00"}', 422, "unicode"),
     ("POST", "/v1/answer", {"question": " \t "}, 422, "question"),
     ("POST", "/v1/answer", {"question": "lift", "k": "5"}, 422, "k"),
 ]
