@@ -183,7 +183,7 @@ def sweep(
 
 
 def added_latency(
-    engine: LocalEngine, collection: Collection, base: RagIndexSpec, queries: int = 100
+    engine: LocalEngine, collection: Collection, base: RagIndexSpec, queries: int = 50
 ) -> dict[str, dict[str, Any]]:
     """Median in-process ms per query of each option against the base, interleaved query by
     query in one run (so box noise hits both alike): {option: {leg, base_ms, option_ms}}."""
