@@ -208,6 +208,16 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--vectors", type=int, default=100_000)
     b.add_argument("--json", type=Path)
     b.add_argument("--check", action="store_true", help=CHECK_HELP)
+    scope = b.add_mutually_exclusive_group()
+    scope.add_argument(
+        "--acl",
+        action="store_true",
+        help="instead: ACLs allowing 0.1-100 %% of ONE tenant's vectors (recall vs exact)",
+    )
+    scope.add_argument(
+        "--metadata", action="store_true", help="the same with a metadata range filter"
+    )
+    b.add_argument("--queries", type=int, default=200)
     b.set_defaults(run=_lazy("ragindex.app.bench_cli", "bench_filtered_command"))
     b = bench.add_parser("serve", help="HTTP vs in-process search, freshness, ingest throughput")
     b.add_argument("--chunks", type=int, default=100_000)
@@ -253,8 +263,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("token", help="API tokens")
     tokens = p.add_subparsers(dest="token_command", required=True)
-    t = tokens.add_parser("create", help="mint a token bound to one tenant")
+    t = tokens.add_parser("create", help="mint a token bound to one tenant and its principals")
     t.add_argument("--tenant", required=True)
+    t.add_argument(
+        "--principal",
+        action="append",
+        default=[],
+        help="user:<name>, group:<name> or role:<name> the token reads as (repeatable); without"
+        " any, the token reads only documents that have no ACL",
+    )
     t.add_argument("--data-dir", type=Path)
     t.set_defaults(run=_lazy("ragindex.app.serve_cli", "token_create_command"))
 

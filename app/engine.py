@@ -150,6 +150,7 @@ class LocalEngine:
         )
         lexical = open_lexical(spec, data_dir, embedder.identity)
         store = ChunkStore(data_dir / "store.sqlite")
+        dense.resolve_access = store.allowed_ids
         reranker = load_reranker(spec.reranker) if spec.reranker.enabled else None
         return cls(
             spec=spec,

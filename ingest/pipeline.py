@@ -9,7 +9,6 @@ Order matters for both guarantees:
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -45,7 +44,7 @@ def passage_token_limit(embedder: Embedder) -> int:
 
 
 def as_documents(documents: Iterable[Document | Mapping[str, object]]) -> list[Document]:
-    """Validate a batch: Documents or JSON-like objects, unique keys, JSON metadata."""
+    """Validate a batch: Documents or JSON-like objects, unique keys (Document checks the rest)."""
     if isinstance(documents, (str, bytes, Mapping)):
         raise InvalidInput("documents must be a list of documents")
     docs: list[Document] = []
@@ -56,10 +55,6 @@ def as_documents(documents: Iterable[Document | Mapping[str, object]]) -> list[D
         if doc.key in seen:
             raise InvalidInput(f"{where}: document {doc.key} appears twice in one upsert")
         seen.add(doc.key)
-        try:
-            json.dumps(doc.metadata)
-        except (TypeError, ValueError) as exc:
-            raise InvalidInput(f"{where}: metadata is not JSON ({exc})") from None
         docs.append(doc)
     return docs
 
@@ -157,7 +152,7 @@ class IngestPipeline:
         """Remove a document everywhere; returns its chunk ids ([] if it was not there)."""
         tenant = validate_tenant(tenant_id)
         for name, value in (("source", source), ("doc_id", doc_id)):
-            if not isinstance(value, str) or not ID_PART_RE.match(value):
+            if not isinstance(value, str) or not ID_PART_RE.fullmatch(value):
                 raise InvalidInput(f"{name} {value!r} is malformed")
         with self._lock:
             ids = list(self.store.stored_hashes(tenant, source, doc_id))

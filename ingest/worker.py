@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ragindex.config import ChunkingSpec
+from ragindex.filters import superseded
 from ragindex.hashing import shard_for
 from ragindex.ingest.pipeline import chunk_for_embedder, embed_chunks
 from ragindex.protocols import Embedder, Log
@@ -64,6 +65,7 @@ def owned_partitions(rank: int, workers: int, partitions: int) -> list[int]:
 
 
 Manifest = dict[DocKey, dict[str, str]]  # document -> {chunk id: content hash}
+Versions = dict[DocKey, str | None]  # document -> `updated` of its indexed version
 
 
 def read_all(log_: Log, topic: str, partition: int, batch: int = 5000) -> list[LogRecord]:
@@ -80,10 +82,14 @@ def read_all(log_: Log, topic: str, partition: int, batch: int = 5000) -> list[L
     return out
 
 
-def rebuild_manifest(log_: Log, topics: DataPlaneTopics, partitions: Sequence[int]) -> Manifest:
-    """The manifest of `partitions` from the chunks topic (the committed state)."""
+def rebuild_manifest(
+    log_: Log, topics: DataPlaneTopics, partitions: Sequence[int]
+) -> tuple[Manifest, Versions]:
+    """The manifest of `partitions` and their documents' versions from the chunks topic (the
+    committed state)."""
     owned = set(partitions)
     manifest: Manifest = {}
+    versions: Versions = {}
     for shard in range(topics.shards):
         for record in read_all(log_, topics.chunks, shard):
             tenant, chunk_id = split_chunk_key(record.key)
@@ -95,9 +101,12 @@ def rebuild_manifest(log_: Log, topics: DataPlaneTopics, partitions: Sequence[in
                 chunks.pop(chunk_id, None)
                 if not chunks:
                     manifest.pop(doc, None)
+                    versions.pop(doc, None)
             else:
-                manifest.setdefault(doc, {})[chunk_id] = chunk_header(record.value).content_hash
-    return manifest
+                chunk = chunk_header(record.value)
+                manifest.setdefault(doc, {})[chunk_id] = chunk.content_hash
+                versions[doc] = chunk.updated
+    return manifest, versions
 
 
 class IngestWorker:
@@ -118,7 +127,7 @@ class IngestWorker:
         self.chunking = chunking
         self.partitions = list(partitions)
         self.group = group
-        self.manifest = rebuild_manifest(log_, topics, self.partitions)
+        self.manifest, self.versions = rebuild_manifest(log_, topics, self.partitions)
 
     def lag(self) -> int:
         """Records of owned partitions not yet consumed: what a read from the committed offset
@@ -150,6 +159,7 @@ class IngestWorker:
 
     def _process(self, partition: int, records: list[LogRecord]) -> None:
         changed: Manifest = {}  # this batch's view of the manifest, applied after the commit
+        versions: Versions = {}
         final: dict[tuple[str, str], Chunk | None] = {}  # chunk -> its state after the batch
         for record in records:
             doc = DocKey.decode(record.key)
@@ -157,6 +167,12 @@ class IngestWorker:
             new_chunks = self._chunks_of(doc, record)
             if new_chunks is None:
                 continue
+            current = versions.get(doc, self.versions.get(doc)) if stored else None
+            if new_chunks and superseded(new_chunks[0].updated, current):
+                log.info("skipping %s: updated %s is older than the indexed %s", doc,
+                         new_chunks[0].updated, current)  # fmt: skip
+                continue
+            versions[doc] = new_chunks[0].updated if new_chunks else None
             new_ids = {c.chunk_id for c in new_chunks}
             for chunk_id in stored:
                 if chunk_id not in new_ids:
@@ -189,8 +205,10 @@ class IngestWorker:
         for doc, chunks in changed.items():
             if chunks:
                 self.manifest[doc] = chunks
+                self.versions[doc] = versions[doc]
             else:
                 self.manifest.pop(doc, None)
+                self.versions.pop(doc, None)
 
     def _chunks_of(self, doc: DocKey, record: LogRecord) -> list[Chunk] | None:
         """The document's chunks ([] for a delete); None for a record that cannot be read."""

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ragindex.errors import InvalidInput
+from ragindex.filters import chunk_terms
 from ragindex.lexical.analysis import analyze
 from ragindex.types import Chunk, validate_tenant
 
@@ -33,6 +34,12 @@ def doc_key(tenant_id: str, chunk_id: str) -> str:
 
 TITLE_FIELD = "title"
 BODY_FIELD = "body"
+FILTER_FIELD = "filters"
+"""Exact keyword terms of a chunk's ACL, source, updated and metadata (ragindex.filters)."""
+
+
+def filter_terms(chunk: Chunk) -> list[str]:
+    return sorted(chunk_terms(chunk))
 
 
 def indexed_fields(chunk: Chunk) -> dict[str, str]:

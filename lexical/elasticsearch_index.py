@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from elastic_transport import ConnectionError as TransportConnectionError
@@ -33,12 +34,15 @@ from elasticsearch import ApiError, Elasticsearch, NotFoundError
 
 from ragindex.config import Rm3Spec
 from ragindex.errors import BackendUnavailable, InvalidInput, RagIndexError
+from ragindex.filters import AllExpr, AnyTerm, TermExpr
 from ragindex.lexical.documents import (
     BODY_FIELD,
+    FILTER_FIELD,
     TITLE_FIELD,
     FieldBoosts,
     doc_key,
     field_clauses,
+    filter_terms,
     indexed_fields,
     is_searchable,
     validate_chunks,
@@ -103,26 +107,43 @@ def index_template(
                     "source": {"type": "keyword"},
                     "doc_id": {"type": "keyword"},
                     "generation": {"type": "keyword"},
+                    FILTER_FIELD: {"type": "keyword"},
                 },
             },
         },
     }
 
 
-def search_body(terms: Mapping[str, float], tenant_id: str, boosts: FieldBoosts) -> dict[str, Any]:
-    """The query: tenant as a filter (no score); at least one boosted term clause must match.
+def access_clause(expr: TermExpr) -> dict[str, Any]:
+    """An access + filter expression as a bool filter on the chunks' filter terms."""
+    if isinstance(expr, AnyTerm):
+        if not expr.terms:
+            return {"bool": {"must_not": [{"match_all": {}}]}}
+        return {"terms": {FILTER_FIELD: sorted(expr.terms)}}
+    parts = [access_clause(p) for p in expr.parts]
+    if isinstance(expr, AllExpr):
+        return {"bool": {"filter": parts}}
+    return {"bool": {"should": parts, "minimum_should_match": 1}}
+
+
+def search_body(
+    terms: Mapping[str, float],
+    tenant_id: str,
+    boosts: FieldBoosts,
+    access: TermExpr | None = None,
+) -> dict[str, Any]:
+    """The query: tenant (and `access`) as filters (no score); at least one boosted term
+    clause must match.
     Terms are already analysed (the shared analyzer equals `standard`), so `term` clauses
     look them up as indexed."""
     should = [
         {"term": {field: {"value": term, "boost": weight}}}
         for field, term, weight in field_clauses(terms, boosts)
     ]
-    return {
-        "bool": {
-            "filter": [{"term": {"tenant_id": tenant_id}}],
-            "must": [{"bool": {"should": should}}],
-        }
-    }
+    filters: list[dict[str, Any]] = [{"term": {"tenant_id": tenant_id}}]
+    if access is not None:
+        filters.append(access_clause(access))
+    return {"bool": {"filter": filters, "must": [{"bool": {"should": should}}]}}
 
 
 class ElasticsearchIndex:
@@ -303,6 +324,7 @@ class ElasticsearchIndex:
                     "source": c.source,
                     "doc_id": c.doc_id,
                     "generation": self.generation,
+                    FILTER_FIELD: filter_terms(c),
                 }
             )
         self._bulk(ops, [c.chunk_id for c in valid])
@@ -316,14 +338,21 @@ class ElasticsearchIndex:
         ops = [{"delete": {"_index": index, "_id": doc_key(tenant_id, i)}} for i in ids]
         self._bulk(ops, ids)
 
-    def search(self, query: str, top_k: int, tenant_id: str) -> list[ScoredId]:
-        """BM25 top_k of one tenant through the alias (RM3-expanded when configured); text
-        with no tokens matches nothing."""
+    def search(
+        self, query: str, top_k: int, tenant_id: str, access: TermExpr | None = None
+    ) -> list[ScoredId]:
+        """BM25 top_k of one tenant through the alias (RM3-expanded when configured), `access`
+        as filter clauses inside the query; text with no tokens matches nothing."""
         text, k, tenant = validate_search(query, top_k, tenant_id)
-        return bm25_search(self._run_terms, text, k, tenant, self.rm3)
+        return bm25_search(partial(self._run_terms, access=access), text, k, tenant, self.rm3)
 
     def _run_terms(
-        self, terms: Mapping[str, float], top_k: int, tenant_id: str, with_text: bool
+        self,
+        terms: Mapping[str, float],
+        top_k: int,
+        tenant_id: str,
+        with_text: bool,
+        access: TermExpr | None = None,
     ) -> list[tuple[ScoredId, str]]:
         fields = ["chunk_id", TITLE_FIELD, BODY_FIELD] if with_text else ["chunk_id"]
         resp = self._call(
@@ -331,7 +360,7 @@ class ElasticsearchIndex:
             self.timeout_s,
             lambda es, **kw: es.search(**kw),
             index=self.alias,
-            query=search_body(terms, tenant_id, self.boosts),
+            query=search_body(terms, tenant_id, self.boosts, access),
             size=top_k,
             source_includes=fields,
             track_total_hits=False,

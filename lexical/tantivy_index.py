@@ -16,19 +16,23 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Mapping, Sequence
+from functools import partial
 from pathlib import Path
 
 import tantivy
 
 from ragindex.config import Rm3Spec
 from ragindex.errors import BackendUnavailable
+from ragindex.filters import AllExpr, AnyTerm, TermExpr
 from ragindex.lexical.analysis import ANALYZER_NAME, build_analyzer
 from ragindex.lexical.documents import (
     BODY_FIELD,
+    FILTER_FIELD,
     TITLE_FIELD,
     FieldBoosts,
     doc_key,
     field_clauses,
+    filter_terms,
     indexed_fields,
     is_searchable,
     validate_chunks,
@@ -51,6 +55,7 @@ def build_schema() -> tantivy.Schema:
     builder.add_text_field("tenant_id", stored=False, tokenizer_name="raw", index_option="basic")
     builder.add_text_field("chunk_id", stored=True, tokenizer_name="raw", index_option="basic")
     builder.add_text_field("key", stored=False, tokenizer_name="raw", index_option="basic")
+    builder.add_text_field(FILTER_FIELD, stored=False, tokenizer_name="raw", index_option="basic")
     return builder.build()
 
 
@@ -158,6 +163,7 @@ class TantivyIndex:
                             tenant_id=chunk.tenant_id,
                             chunk_id=chunk.chunk_id,
                             key=key,
+                            **{FILTER_FIELD: filter_terms(chunk)},
                         )
                     )
                 self._commit(writer)
@@ -184,15 +190,31 @@ class TantivyIndex:
         term = tantivy.Query.term_query(self._schema, "tenant_id", tenant_id, index_option="basic")
         return tantivy.Query.const_score_query(term, 0.0)
 
-    def search(self, query: str, top_k: int, tenant_id: str) -> list[ScoredId]:
-        """BM25 top_k of one tenant (RM3-expanded when configured); text with no tokens
-        matches nothing."""
+    def search(
+        self, query: str, top_k: int, tenant_id: str, access: TermExpr | None = None
+    ) -> list[ScoredId]:
+        """BM25 top_k of one tenant (RM3-expanded when configured), `access` as filter
+        clauses inside the query; text with no tokens matches nothing."""
         text, k, tenant = validate_search(query, top_k, tenant_id)
         self._check_open()
-        return bm25_search(self._run_terms, text, k, tenant, self.rm3)
+        return bm25_search(partial(self._run_terms, access=access), text, k, tenant, self.rm3)
+
+    def _access_clause(self, expr: TermExpr) -> tantivy.Query:
+        if isinstance(expr, AnyTerm):
+            if not expr.terms:
+                return tantivy.Query.empty_query()
+            found = tantivy.Query.term_set_query(self._schema, FILTER_FIELD, sorted(expr.terms))
+            return tantivy.Query.const_score_query(found, 0.0)
+        occur = tantivy.Occur.Must if isinstance(expr, AllExpr) else tantivy.Occur.Should
+        return tantivy.Query.boolean_query([(occur, self._access_clause(p)) for p in expr.parts])
 
     def _run_terms(
-        self, terms: Mapping[str, float], top_k: int, tenant_id: str, with_text: bool
+        self,
+        terms: Mapping[str, float],
+        top_k: int,
+        tenant_id: str,
+        with_text: bool,
+        access: TermExpr | None = None,
     ) -> list[tuple[ScoredId, str]]:
         clauses = [
             (
@@ -206,12 +228,10 @@ class TantivyIndex:
         ]
         if not clauses:
             return []
-        full = tantivy.Query.boolean_query(
-            [
-                (tantivy.Occur.Must, self._tenant_clause(tenant_id)),
-                (tantivy.Occur.Must, tantivy.Query.boolean_query(clauses)),
-            ]
-        )
+        required = [self._tenant_clause(tenant_id), tantivy.Query.boolean_query(clauses)]
+        if access is not None:
+            required.append(self._access_clause(access))
+        full = tantivy.Query.boolean_query([(tantivy.Occur.Must, q) for q in required])
         searcher = self._index.searcher()
         result = searcher.search(full, limit=top_k, count=False)
         hits = []
@@ -243,8 +263,8 @@ class TantivyIndex:
 def _check_layout(path: Path) -> None:
     """Refuse an index written before title and body became separate fields."""
     meta = json.loads((path / "meta.json").read_text())
-    if BODY_FIELD not in {field["name"] for field in meta.get("schema", [])}:
+    if not {BODY_FIELD, FILTER_FIELD} <= {field["name"] for field in meta.get("schema", [])}:
         raise BackendUnavailable(
-            f"the tantivy index at {path} was built by an older ragindex (one `text` field, no"
-            f" title/body fields): delete {path} and re-ingest, or use a new data directory"
+            f"the tantivy index at {path} was built by an older ragindex (no title/body or"
+            f" filter fields): delete {path} and re-ingest, or use a new data directory"
         )

@@ -217,7 +217,11 @@ class GeneratorSpec(_Spec):
     base_url: str | None = Field(None, description="Base URL of the chat-completions endpoint.")
     model: str | None = Field(None, description="Model name sent to the endpoint.")
     api_key_env: str | None = Field(
-        None, description="Environment variable that holds the endpoint's API key."
+        None,
+        pattern=r"^RAGINDEX_GENERATOR_[A-Z0-9_]{1,100}$",
+        description="Environment variable that holds the endpoint's API key; only"
+        " `RAGINDEX_GENERATOR_*` names, so a spec cannot send another credential of the"
+        " process (e.g. the Elasticsearch password) to an arbitrary baseUrl.",
     )
     api_key_secret: str | None = Field(
         None,
@@ -310,6 +314,21 @@ class LogSpec(_Spec):
         return self
 
 
+class LimitsSpec(_Spec):
+    """Per-tenant admission at the Router: a tenant that floods it gets 429 with Retry-After,
+    and the other tenants keep their share. Counted per Router replica."""
+
+    max_concurrent: int = Field(
+        8, ge=1, le=10_000, description="Requests one tenant may have in flight at once."
+    )
+    requests_per_s: float = Field(
+        50, gt=0, le=1_000_000, description="Sustained requests per second for one tenant."
+    )
+    burst: int = Field(
+        100, ge=1, le=1_000_000, description="Requests one tenant may send at once above the rate."
+    )
+
+
 class RagIndexSpec(_Spec):
     """The RagIndex spec: everything needed to render and run one index."""
 
@@ -326,6 +345,9 @@ class RagIndexSpec(_Spec):
         default_factory=GeneratorSpec, description="Answer generation for /v1/answer."
     )
     scaling: ScalingSpec = Field(default_factory=ScalingSpec, description="Autoscaling.")
+    limits: LimitsSpec = Field(
+        default_factory=LimitsSpec, description="Per-tenant concurrency and rate limits."
+    )
     log: LogSpec = Field(
         default_factory=LogSpec, description="The log every index is a view of (file or Kafka)."
     )

@@ -14,12 +14,13 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from ragindex.config import FusionSpec, LexicalSpec, RerankerSpec, RocchioSpec
-from ragindex.errors import BackendUnavailable, InvalidInput
+from ragindex.errors import BackendUnavailable, InvalidInput, NotConfigured
 from ragindex.feedback import rocchio
+from ragindex.filters import Filter, TermExpr, compile_access, matches
 from ragindex.fusion import reciprocal_rank_fusion
 from ragindex.ingest.pipeline import passage_text
 from ragindex.protocols import DenseIndex, Embedder, LexicalIndex, Reranker, Vectors
-from ragindex.types import Chunk, Hit, ScoredId, validate_tenant
+from ragindex.types import Chunk, Hit, ScoredId, refuse_surrogates, validate_tenant
 
 Mode = Literal["hybrid", "dense", "lexical"]
 MODES: tuple[str, ...] = ("hybrid", "dense", "lexical")
@@ -29,6 +30,20 @@ MAX_K = 100
 
 class ChunkLookup(Protocol):
     def get_chunks(self, tenant_id: str, chunk_ids: Sequence[str]) -> dict[str, Chunk]: ...
+
+
+@dataclass(frozen=True)
+class Access:
+    """Who reads (`principals`: None is the operator, whom no ACL limits) and what they ask."""
+
+    principals: frozenset[str] | None = None
+    filter: Filter | None = None
+
+    def expression(self) -> TermExpr | None:
+        return compile_access(self.filter, self.principals)
+
+    def allows(self, chunk: Chunk) -> bool:
+        return matches(chunk, self.filter, self.principals)
 
 
 @dataclass
@@ -42,6 +57,7 @@ def validate_search(query: object, k: object, mode: object) -> tuple[str, int, M
     """Check a search request; raise InvalidInput naming what is wrong."""
     if not isinstance(query, str) or not query.strip():
         raise InvalidInput("query must be a non-empty string")
+    refuse_surrogates("query", query)
     if len(query) > MAX_QUERY_CHARS:
         raise InvalidInput(
             f"query has {len(query)} characters, more than the limit of {MAX_QUERY_CHARS}"
@@ -83,34 +99,40 @@ class QueryEngine:
         k: int | None = None,
         mode: str = "hybrid",
         rerank: bool | None = None,
+        access: Access | None = None,
     ) -> SearchResult:
-        """Hybrid (or single-leg) search for one tenant; the tenant filter is inside each leg."""
+        """Hybrid (or single-leg) search for one tenant; the tenant filter, the caller's
+        principals and the request's filter are inside each leg (`access`)."""
         tenant_id = validate_tenant(tenant_id)
         query, k, checked_mode = validate_search(query, self.fusion.top_k if k is None else k, mode)
         use_rerank = self.reranker is not None if rerank is None else rerank
         if use_rerank and self.reranker is None:
-            raise InvalidInput("rerank was requested but this index has no reranker configured")
+            raise NotConfigured("rerank was requested but this index has no reranker configured")
 
         result = SearchResult(hits=[])
         timings = result.timings_ms
         candidates = max(self.fusion.candidates, k)
         legs: dict[str, list[str]] = {}
+        access = access or Access()
+        expr = access.expression()
 
         if checked_mode in ("hybrid", "dense"):
             with _timed(timings, "embed"):
                 vector = self.embedder.embed_queries([query])
             with _timed(timings, "dense"):
                 dense_hits = self.dense.search(
-                    vector, candidates, tenant_id, self.embedder.identity
+                    vector, candidates, tenant_id, self.embedder.identity, expr
                 )
             if self.rocchio.enabled and dense_hits:
                 with _timed(timings, "rocchio"):
-                    dense_hits = self._rocchio_search(tenant_id, vector, dense_hits, candidates)
+                    dense_hits = self._rocchio_search(
+                        tenant_id, vector, dense_hits, candidates, expr
+                    )
             legs["dense"] = [h.chunk_id for h in dense_hits]
         if checked_mode in ("hybrid", "lexical"):
             try:
                 with _timed(timings, "lexical"):
-                    lexical_hits = self.lexical.search(query, candidates, tenant_id)
+                    lexical_hits = self.lexical.search(query, candidates, tenant_id, expr)
                 legs["lexical"] = [h.chunk_id for h in lexical_hits]
             except BackendUnavailable as err:
                 if checked_mode == "lexical" or self.lexical_spec.on_unavailable == "error":
@@ -126,8 +148,13 @@ class QueryEngine:
         pool = fused[:pool_size]
         with _timed(timings, "fetch"):
             found = self.chunks.get_chunks(tenant_id, [f.chunk_id for f in pool])
-        # A chunk deleted between the leg search and the fetch is simply not returned.
-        hits = [Hit(found[f.chunk_id], f.score, f.ranks) for f in pool if f.chunk_id in found]
+        # A chunk deleted, or re-written with another ACL or metadata, between the leg search
+        # and the fetch is simply not returned.
+        hits = [
+            Hit(found[f.chunk_id], f.score, f.ranks)
+            for f in pool
+            if f.chunk_id in found and access.allows(found[f.chunk_id])
+        ]
 
         if use_rerank and self.reranker is not None and hits:
             with _timed(timings, "rerank"):
@@ -140,7 +167,12 @@ class QueryEngine:
         return result
 
     def _rocchio_search(
-        self, tenant_id: str, vector: Vectors, hits: list[ScoredId], candidates: int
+        self,
+        tenant_id: str,
+        vector: Vectors,
+        hits: list[ScoredId],
+        candidates: int,
+        expr: TermExpr | None,
     ) -> list[ScoredId]:
         """Search the dense leg again with the query moved towards its top hits (Rocchio).
 
@@ -154,7 +186,7 @@ class QueryEngine:
         moved = rocchio(
             vector, self.embedder.embed_passages(texts), self.rocchio.alpha, self.rocchio.beta
         )
-        return self.dense.search(moved, candidates, tenant_id, self.embedder.identity)
+        return self.dense.search(moved, candidates, tenant_id, self.embedder.identity, expr)
 
 
 @contextmanager

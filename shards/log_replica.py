@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from ragindex.config import HnswSpec
+from ragindex.filters import TermExpr, TermPostings
 from ragindex.protocols import Log, Vectors
 from ragindex.records import decode_chunk, split_chunk_key
 from ragindex.shards.fsio import write_durable
@@ -59,6 +60,7 @@ class LogShardReplica:
         self.identity = identity
         self.shard = DenseShard(identity, hnsw, exact_threshold)
         self.texts: dict[str, dict[str, Chunk]] = {}  # tenant -> chunk id -> chunk
+        self.postings: dict[str, TermPostings] = {}  # tenant -> filter terms of its chunks
         self.offset = 0
         self._load_snapshot(hnsw, exact_threshold)
         self._since_snapshot = 0
@@ -78,6 +80,9 @@ class LogShardReplica:
             tenant: {c["chunk_id"]: Chunk(**c) for c in chunks}
             for tenant, chunks in texts["chunks"].items()
         }
+        for tenant, chunks_ in self.texts.items():
+            for chunk in chunks_.values():
+                self.postings.setdefault(tenant, TermPostings()).add(chunk)
 
     def catch_up(self, max_records: int | None = None) -> int:
         """Apply what the partition has beyond this replica's offset; returns records applied."""
@@ -108,10 +113,12 @@ class LogShardReplica:
                 flush()
                 self.shard.delete(tenant, [chunk_id])
                 self.texts.get(tenant, {}).pop(chunk_id, None)
+                self.postings.get(tenant, TermPostings()).remove(chunk_id)
             else:
                 chunk, vector = decode_chunk(record.value, self.identity.dimension)
                 run.setdefault(tenant, {})[chunk_id] = vector
                 self.texts.setdefault(tenant, {})[chunk_id] = chunk
+                self.postings.setdefault(tenant, TermPostings()).add(chunk)
         flush()
         self.offset = records[-1].offset + 1
 
@@ -130,9 +137,19 @@ class LogShardReplica:
         self._snapshot_at = time.monotonic()
 
     def search(
-        self, query_vector: Vectors, top_k: int, tenant_id: str, identity: ModelIdentity
+        self,
+        query_vector: Vectors,
+        top_k: int,
+        tenant_id: str,
+        identity: ModelIdentity,
+        access: TermExpr | None = None,
     ) -> list[ScoredId]:
-        return self.shard.search(query_vector, top_k, tenant_id, identity)
+        """Top-k of the tenant; `access` selects the allowed ids from this shard's postings,
+        and the partition searches only those (exact, or HNSW with an id selector)."""
+        allowed = None
+        if access is not None:
+            allowed = self.postings.get(tenant_id, TermPostings()).select(access)
+        return self.shard.search(query_vector, top_k, tenant_id, identity, allowed)
 
     def get_chunks(self, tenant_id: str, chunk_ids: Sequence[str]) -> dict[str, Chunk]:
         mine = self.texts.get(tenant_id, {})

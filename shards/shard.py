@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -85,16 +85,22 @@ class DenseShard:
             return part.delete(ids) if part is not None else 0
 
     def search(
-        self, query_vector: object, top_k: int, tenant_id: str, identity: ModelIdentity
+        self,
+        query_vector: object,
+        top_k: int,
+        tenant_id: str,
+        identity: ModelIdentity,
+        allowed: Collection[str] | None = None,
     ) -> list[ScoredId]:
-        """The tenant's top-k chunks; only that tenant's partition is ever searched."""
+        """The tenant's top-k chunks (of `allowed` only, when given); only that tenant's
+        partition is ever searched."""
         tenant = validate_tenant(tenant_id)
         check_identity(self.identity, identity)
         k = validate_top_k(top_k)
         query = prepare_query(query_vector, self.dim)
         with self._lock:
             part = self._partitions.get(tenant)
-            return part.search(query, k) if part is not None else []
+            return part.search(query, k, allowed) if part is not None else []
 
     def count(self, tenant_id: str) -> int:
         tenant = validate_tenant(tenant_id)

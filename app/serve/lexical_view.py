@@ -19,6 +19,7 @@ from ragindex.app.serve.query_side import open_bm25_view
 from ragindex.app.serve.threads import ReplicaThread, refresh_forever
 from ragindex.config import RagIndexSpec
 from ragindex.errors import BackendUnavailable, InvalidInput
+from ragindex.filters import TermExpr
 from ragindex.lexical.view import LexicalView
 from ragindex.serve_config import LEXICAL
 from ragindex.types import ScoredId
@@ -62,8 +63,12 @@ class LexicalServer:
             raise BackendUnavailable("the BM25 index is still opening")
         return self.view
 
-    async def search(self, query: str, top_k: int, tenant_id: str) -> list[ScoredId]:
-        return await self.thread.run(lambda: self._view().index.search(query, top_k, tenant_id))
+    async def search(
+        self, query: str, top_k: int, tenant_id: str, access: TermExpr | None = None
+    ) -> list[ScoredId]:
+        return await self.thread.run(
+            lambda: self._view().index.search(query, top_k, tenant_id, access)
+        )
 
     async def count(self, tenant_id: str) -> int:
         return await self.thread.run(lambda: self._view().index.count(tenant_id))

@@ -25,13 +25,14 @@ from ragindex.app.serve.pools import RemoteEmbedder, RemoteReranker
 from ragindex.app.serve.threads import limit_threads
 from ragindex.config import RagIndexSpec
 from ragindex.errors import BackendUnavailable, InvalidInput
+from ragindex.filters import TermExpr
 from ragindex.hashing import shard_for
 from ragindex.lexical.view import LexicalView
 from ragindex.models.embedder import load_embedder
 from ragindex.models.reranker import load_reranker
 from ragindex.protocols import Embedder, Log, Vectors
 from ragindex.router.answer import Answer, AnswerService
-from ragindex.router.query import QueryEngine, SearchResult
+from ragindex.router.query import Access, QueryEngine, SearchResult
 from ragindex.shards.log_replica import LogShardReplica
 from ragindex.types import Chunk, ModelIdentity, ScoredId
 
@@ -68,10 +69,16 @@ class ReplicaDenseIndex(_ReadOnlyDense):
         self.identity = identity
 
     def search(
-        self, query_vector: Vectors, top_k: int, tenant_id: str, identity: ModelIdentity
+        self,
+        query_vector: Vectors,
+        top_k: int,
+        tenant_id: str,
+        identity: ModelIdentity,
+        access: TermExpr | None = None,
     ) -> list[ScoredId]:
         return merge_by_score(
-            [r.search(query_vector, top_k, tenant_id, identity) for r in self.replicas], top_k
+            [r.search(query_vector, top_k, tenant_id, identity, access) for r in self.replicas],
+            top_k,
         )
 
     def get_chunks(self, tenant_id: str, chunk_ids: Sequence[str]) -> dict[str, Chunk]:
@@ -204,18 +211,24 @@ class LocalQuerySide:
         return {"dense": self.dense.offsets(), "lexical": list(self.view.offsets)}
 
     def search(
-        self, tenant_id: str, query: str, k: int | None, mode: str, rerank: bool | None
+        self,
+        tenant_id: str,
+        query: str,
+        k: int | None,
+        mode: str,
+        rerank: bool | None,
+        access: Access | None = None,
     ) -> SearchResult:
         if self.engine is None:
             raise BackendUnavailable("the index is still opening; retry shortly")
-        return self.engine.search(tenant_id, query, k, mode, rerank)
+        return self.engine.search(tenant_id, query, k, mode, rerank, access)
 
-    def answer(self, tenant_id: str, question: str, k: int) -> Answer:
+    def answer(self, tenant_id: str, question: str, k: int, access: Access | None = None) -> Answer:
         if self.engine is None or self.embedder is None:
             raise BackendUnavailable("the index is still opening; retry shortly")
         if self.answers is None:
             self.answers = answer_service(self.spec, self.engine, self.embedder)
-        return self.answers.answer(tenant_id, question, k)
+        return self.answers.answer(tenant_id, question, k, access)
 
     def stats(self, tenant_id: str) -> dict[str, Any]:
         if self.dense is None or self.view is None:
@@ -250,9 +263,16 @@ class RemoteDenseIndex(_ReadOnlyDense):
         self.identity = identity
 
     def search(
-        self, query_vector: Vectors, top_k: int, tenant_id: str, identity: ModelIdentity
+        self,
+        query_vector: Vectors,
+        top_k: int,
+        tenant_id: str,
+        identity: ModelIdentity,
+        access: TermExpr | None = None,
     ) -> list[ScoredId]:
-        pending = [s.search.remote(query_vector, top_k, tenant_id, identity) for s in self.shards]
+        pending = [
+            s.search.remote(query_vector, top_k, tenant_id, identity, access) for s in self.shards
+        ]
         return merge_by_score([p.result() for p in pending], top_k)
 
     def get_chunks(self, tenant_id: str, chunk_ids: Sequence[str]) -> dict[str, Chunk]:
@@ -284,8 +304,10 @@ class RemoteLexical:
     def delete(self, tenant_id: str, chunk_ids: Sequence[str]) -> None:
         raise InvalidInput("the Lexical deployment is a view of the log; send writes to Ingest")
 
-    def search(self, query: str, top_k: int, tenant_id: str) -> list[ScoredId]:
-        return self.handle.search.remote(query, top_k, tenant_id).result()
+    def search(
+        self, query: str, top_k: int, tenant_id: str, access: TermExpr | None = None
+    ) -> list[ScoredId]:
+        return self.handle.search.remote(query, top_k, tenant_id, access).result()
 
     def count(self, tenant_id: str) -> int:
         return int(self.handle.count.remote(tenant_id).result())
@@ -340,14 +362,20 @@ class ClusterQuerySide:
         return {"dense": [int(p.result()) for p in pending], "lexical": list(lexical.result())}
 
     def search(
-        self, tenant_id: str, query: str, k: int | None, mode: str, rerank: bool | None
+        self,
+        tenant_id: str,
+        query: str,
+        k: int | None,
+        mode: str,
+        rerank: bool | None,
+        access: Access | None = None,
     ) -> SearchResult:
-        return self.engine.search(tenant_id, query, k, mode, rerank)
+        return self.engine.search(tenant_id, query, k, mode, rerank, access)
 
-    def answer(self, tenant_id: str, question: str, k: int) -> Answer:
+    def answer(self, tenant_id: str, question: str, k: int, access: Access | None = None) -> Answer:
         if self.answers is None:
             self.answers = answer_service(self.spec, self.engine, self.embedder)
-        return self.answers.answer(tenant_id, question, k)
+        return self.answers.answer(tenant_id, question, k, access)
 
     def stats(self, tenant_id: str) -> dict[str, Any]:
         vectors = self.dense.count(tenant_id)

@@ -24,7 +24,7 @@ from ragindex.config import RagIndexSpec
 from ragindex.router.answer import Answer
 from ragindex.router.auth import TokenVerifier
 from ragindex.router.http import create_app
-from ragindex.router.query import SearchResult
+from ragindex.router.query import Access, SearchResult
 from ragindex.serve_config import ROUTER, Runtime
 from ragindex.types import Document
 
@@ -85,9 +85,15 @@ class Router:
     # Backend protocol for router.http
 
     async def search(
-        self, tenant_id: str, query: str, k: int | None, mode: str, rerank: bool | None
+        self,
+        tenant_id: str,
+        query: str,
+        k: int | None,
+        mode: str,
+        rerank: bool | None,
+        access: Access | None = None,
     ) -> SearchResult:
-        return await self.searches.run(self.side.search, tenant_id, query, k, mode, rerank)
+        return await self.searches.run(self.side.search, tenant_id, query, k, mode, rerank, access)
 
     async def upsert(
         self, tenant_id: str, documents: list[Document], wait_s: float | None
@@ -125,8 +131,10 @@ class Router:
                 return False
             await asyncio.sleep(WAIT_POLL_S)
 
-    async def answer(self, tenant_id: str, question: str, k: int) -> Answer:
-        return await self.answers.run(self.side.answer, tenant_id, question, k)
+    async def answer(
+        self, tenant_id: str, question: str, k: int, access: Access | None = None
+    ) -> Answer:
+        return await self.answers.run(self.side.answer, tenant_id, question, k, access)
 
     async def stats(self, tenant_id: str) -> dict[str, Any]:
         return await self.searches.run(self.side.stats, tenant_id)

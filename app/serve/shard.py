@@ -17,6 +17,7 @@ from ragindex.app.serve.data_plane import open_log, plane_topics, replica_dir, r
 from ragindex.app.serve.threads import ReplicaThread, limit_threads, refresh_forever
 from ragindex.config import RagIndexSpec
 from ragindex.errors import BackendUnavailable, InvalidInput
+from ragindex.filters import TermExpr
 from ragindex.protocols import Vectors
 from ragindex.serve_config import shard_deployment_name
 from ragindex.shards.log_replica import LogShardReplica
@@ -73,10 +74,15 @@ class ShardServer:
         return self.replica
 
     async def search(
-        self, query_vector: Vectors, top_k: int, tenant_id: str, identity: ModelIdentity
+        self,
+        query_vector: Vectors,
+        top_k: int,
+        tenant_id: str,
+        identity: ModelIdentity,
+        access: TermExpr | None = None,
     ) -> list[ScoredId]:
         return await self.thread.run(
-            lambda: self._replica().search(query_vector, top_k, tenant_id, identity)
+            lambda: self._replica().search(query_vector, top_k, tenant_id, identity, access)
         )
 
     async def get_chunks(self, tenant_id: str, chunk_ids: list[str]) -> dict[str, Chunk]:

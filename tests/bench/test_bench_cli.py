@@ -19,7 +19,8 @@ def test_filtered_command_writes_shares_and_what_it_ran_on(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "out" / "filtered.json"
-    assert bench_filtered_command(argparse.Namespace(vectors=2000, json=out)) == 0
+    args = argparse.Namespace(vectors=2000, json=out, acl=False, metadata=False, queries=200)
+    assert bench_filtered_command(args) == 0
     data = json.loads(out.read_text())
     assert list(data) == ["0.001", "0.01", "0.1", "0.5", "run"]
     assert data["0.001"]["vectors"] == 2 and data["0.5"]["vectors"] == 1000
@@ -30,6 +31,20 @@ def test_filtered_command_writes_shares_and_what_it_ran_on(
     assert run["cores"] >= 1 and run["faiss_threads"] >= 1 and "OMP_NUM_THREADS" in run
     printed = capsys.readouterr().out
     assert "recall@10" in printed and "0.001" in printed
+
+
+def test_filtered_acl_command_writes_every_share_beside_the_unfiltered_search(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "acl.json"
+    args = argparse.Namespace(vectors=3000, json=out, acl=True, metadata=False, queries=20)
+    assert bench_filtered_command(args) == 0
+    data = json.loads(out.read_text())
+    assert list(data) == ["unfiltered", "0.001", "0.01", "0.1", "0.5", "1.0", "run"]
+    assert [data[s]["allowed"] for s in ("0.001", "0.01", "0.5", "1.0")] == [3, 30, 1500, 3000]
+    for share in ("unfiltered", "0.001", "0.01", "0.1", "0.5", "1.0"):
+        assert data[share]["recall@10"] >= 0.98 and data[share]["p50_ms"] > 0
+    assert "unfiltered" in capsys.readouterr().out
 
 
 @pytest.mark.elasticsearch

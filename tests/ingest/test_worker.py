@@ -27,7 +27,7 @@ from ragindex.ingest.worker import (
 from ragindex.log import FileLog
 from ragindex.log.kafka_log import KafkaLog
 from ragindex.protocols import Embedder, Log
-from ragindex.records import doc_key, encode_document
+from ragindex.records import chunk_header, doc_key, encode_document
 from ragindex.topics import partition_for_key
 from ragindex.types import Document
 
@@ -211,3 +211,35 @@ def test_kill_9_mid_batch_then_restart(
         }
         got = {k for k in live_chunks(log, topics) if k.startswith(f"{tenant}/".encode())}
         assert got == want
+
+
+def test_newer_updated_wins_and_acl_travels_with_every_chunk(
+    tmp_path: Path, minilm: Embedder
+) -> None:
+    log = open_log(tmp_path / "log")
+    worker = IngestWorker(log, TOPICS, minilm, ChunkingSpec(), range(3))
+    text = "Wing lift at high angle of attack. " * 10
+
+    def version(updated: str, acl: tuple[str, ...] | None, lang: str) -> Document:
+        return Document("wiki", "v", "V", text, updated, {"lang": lang}, acl)
+
+    put(log, "acme", [version("2024-05-02", ("group:eng",), "en")])
+    put(log, "acme", [version("2024-05-01", None, "de")])  # older, arrives later: ignored
+    while worker.poll():
+        pass
+    (header,) = [chunk_header(v) for v in live_chunks(log).values()]
+    assert (header.acl, header.metadata["lang"], header.updated) == (
+        ("group:eng",), "en", "2024-05-02",
+    )  # fmt: skip
+    put(log, "acme", [version("2024-05-03T00:00:00Z", ("user:ann",), "fr")])
+    while worker.poll():
+        pass
+    (header,) = [chunk_header(v) for v in live_chunks(log).values()]
+    assert (header.acl, header.metadata["lang"]) == (("user:ann",), "fr")  # a new ACL re-indexes
+    # a worker taking over knows the indexed version too
+    again = IngestWorker(log, TOPICS, minilm, ChunkingSpec(), range(3))
+    assert again.versions == worker.versions
+    put(log, "acme", [version("2024-05-02", None, "de")])
+    while again.poll():
+        pass
+    assert [chunk_header(v).acl for v in live_chunks(log).values()] == [("user:ann",)]
