@@ -179,6 +179,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", type=Path, help="write the report as JSON")
     p.add_argument("--per-query", type=Path, help="write per-query results as JSON")
     p.add_argument("--answers", action="store_true", help="evaluate generated answers too")
+    p.add_argument(
+        "--split",
+        choices=["tune", "heldout", "all"],
+        default="all",
+        help="judged queries to score: the seeded tuning half, the held-out half, or all",
+    )
     p.set_defaults(run=_lazy("ragindex.app.eval_cli", "eval_command"))
 
     p = sub.add_parser("golden", help="golden-set helpers")

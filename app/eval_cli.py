@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import time
 from pathlib import Path
 
 from ragindex.app.engine import LocalEngine, load_spec
@@ -18,6 +19,7 @@ from ragindex.errors import InvalidInput
 from ragindex.evals.collections import Collection, cranfield_to_beir, load_collection
 from ragindex.evals.golden import add_judged_query
 from ragindex.evals.runner import evaluate, ingest_collection
+from ragindex.evals.split import restrict
 from ragindex.hashing import content_hash
 from ragindex.types import Document
 
@@ -43,23 +45,32 @@ def eval_data_dir(collection: Collection, spec: RagIndexSpec) -> Path:
 
 
 def run_eval(
-    collection: Collection, spec: RagIndexSpec, data_dir: Path
+    collection: Collection, spec: RagIndexSpec, data_dir: Path, split: str = "all"
 ) -> tuple[LocalEngine, dict[str, object], object]:
-    """Ingest (incrementally) and evaluate every configured leg; returns engine, JSON, report."""
+    """Ingest (incrementally) the whole corpus and evaluate every configured leg on one split
+    of the judged queries (evals.split); returns engine, JSON, report. Each leg's JSON also
+    carries its mean in-process latency per query (`ms_per_query`)."""
     engine = LocalEngine.open(data_dir, spec)
+    spent_ms: dict[str, float] = {}
 
     def ingest(tenant: str, documents: list[Document]) -> None:
         engine.ingest.upsert(tenant, documents)
 
     def search(tenant: str, query: str, k: int, leg: str) -> list[tuple[str, str]]:
         mode, rerank = LEG_MODES[leg]
+        start = time.perf_counter()
         result = engine.query.search(tenant, query, k=k, mode=mode, rerank=rerank)
+        spent_ms[leg] = spent_ms.get(leg, 0.0) + (time.perf_counter() - start) * 1000
         return [(h.chunk.chunk_id, h.chunk.doc_id) for h in result.hits]
 
     summary = ingest_collection(collection, ingest)
     legs = ("bm25", "dense", "hybrid") + (("rerank",) if spec.reranker.enabled else ())
-    report = evaluate(collection, search, legs=legs, k=100)
+    scored = restrict(collection, split)
+    report = evaluate(scored, search, legs=legs, k=100)
     payload = report.to_json()
+    for leg, rep in report.legs.items():
+        payload[leg]["ms_per_query"] = round(spent_ms[leg] / len(rep.per_query), 3)
+    payload["split"] = split
     payload["collection"] = collection.name
     payload["documents"] = summary.documents
     payload["skipped_empty"] = summary.skipped_empty
@@ -70,7 +81,7 @@ def eval_command(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec)
     collection = resolve_collection(args.collection)
     data_dir = args.data_dir or eval_data_dir(collection, spec)
-    engine, payload, report = run_eval(collection, spec, data_dir)
+    engine, payload, report = run_eval(collection, spec, data_dir, args.split)
     try:
         print(report.table())  # type: ignore[attr-defined]
         if args.per_query:
