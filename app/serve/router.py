@@ -80,7 +80,7 @@ class Router:
         )
 
     def __serve_build_asgi_app__(self) -> Any:
-        return create_app(self, self.verifier)
+        return create_app(self, self.verifier, limits=self.spec.limits)
 
     # Backend protocol for router.http
 
