@@ -15,5 +15,5 @@ built=$(mktemp -d)
 trap 'rm -rf "$built"' EXIT
 uv pip install --quiet --python "$VENV/bin/python" --no-deps --no-build-isolation --target "$built" . >/dev/null
 (cd "$built" && "$repo/$VENV/bin/mypy" --config-file "$repo/pyproject.toml" \
-    --cache-dir "$repo/.mypy_cache" -p ragindex) | sed -E 's#^ragindex/([a-z_]+)/#\1/#'
+    --cache-dir "$repo/.mypy_cache" --show-traceback -p ragindex) | sed -E 's#^ragindex/([a-z_]+)/#\1/#'
 (cd "$built" && PYTHONPATH="$built" "$repo/$VENV/bin/lint-imports" --config "$repo/pyproject.toml" --no-cache)
