@@ -18,9 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ragindex.errors import RagIndexError
 
 if TYPE_CHECKING:
-    from ragindex.app.engine import LocalEngine
     from ragindex.router.query import SearchResult
-    from ragindex.types import Document
 
 
 def _set_thread_defaults() -> None:
@@ -41,49 +39,48 @@ def _data_dir(args: argparse.Namespace) -> Path:
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
-    from ragindex.app.engine import LocalEngine, load_spec
+    from tqdm import tqdm
+
+    from ragindex.app.embedded import ingest_through_log
+    from ragindex.app.engine import load_spec
     from ragindex.app.loading import documents_from_paths
+    from ragindex.models.embedder import load_embedder
 
     documents = documents_from_paths(args.paths, source=args.source)
-    engine = LocalEngine.open(_data_dir(args), load_spec(args.spec))
-    try:
-        totals = engine_ingest(engine, args.tenant, documents, batch=args.batch)
-    finally:
-        engine.close()
-    print(
-        f"ingested {len(documents)} documents for tenant {args.tenant}: "
-        f"{totals['added']} chunks added, {totals['unchanged']} unchanged, "
-        f"{totals['removed']} removed"
-    )
+    spec = load_spec(args.spec)
+    with tqdm(total=len(documents), unit="doc", desc="ingest", file=sys.stderr) as bar:
+        ingest_through_log(
+            _data_dir(args),
+            spec,
+            load_embedder(spec.embedder),
+            args.tenant,
+            documents,
+            batch=args.batch,
+            progress=bar.update,
+        )
+    print(f"ingested {len(documents)} documents for tenant {args.tenant} through the log")
     return 0
 
 
-def engine_ingest(
-    engine: LocalEngine, tenant: str, documents: Sequence[Document], batch: int = 64
-) -> dict[str, int]:
-    """Ingest in batches with a progress bar; returns chunk totals."""
-    from tqdm import tqdm
-
-    totals = {"added": 0, "unchanged": 0, "removed": 0}
-    with tqdm(total=len(documents), unit="doc", desc="ingest", file=sys.stderr) as bar:
-        for start in range(0, len(documents), batch):
-            part = documents[start : start + batch]
-            for result in engine.ingest.upsert(tenant, part):
-                totals["added"] += result.added
-                totals["unchanged"] += result.unchanged
-                totals["removed"] += result.removed
-            bar.update(len(part))
-    return totals
-
-
 def cmd_search(args: argparse.Namespace) -> int:
-    from ragindex.app.engine import LocalEngine, load_spec
+    from ragindex.app.embedded import CLI_REPLICA
+    from ragindex.app.engine import load_spec
+    from ragindex.app.serve.data_plane import DEFAULT_NAMESPACE, replica_dir
+    from ragindex.app.serve.query_side import LocalQuerySide
+    from ragindex.app.serve_cli import APP_NAME
 
-    engine = LocalEngine.open(_data_dir(args), load_spec(args.spec))
+    data_dir = _data_dir(args)
+    spec = load_spec(args.spec)
+    side = LocalQuerySide(
+        spec, data_dir, APP_NAME, DEFAULT_NAMESPACE, replica_dir(data_dir, CLI_REPLICA, 0)
+    )
     try:
-        result = engine.query.search(args.tenant, args.query, k=args.k, mode=args.mode)
+        side.load_models()
+        if not side.try_open():
+            raise RagIndexError(f"nothing was ingested into {data_dir} yet")
+        result = side.search(args.tenant, args.query, args.k, args.mode, None)
     finally:
-        engine.close()
+        side.close()
     if args.json:
         print(json.dumps(result_to_json(result), indent=2))
         return 0

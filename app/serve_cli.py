@@ -77,7 +77,7 @@ def start_local(
     import ray
     from ray import serve
 
-    from ragindex.app.serve_app import build_app
+    from ragindex.app.serve import build_app
 
     ray.init(
         num_cpus=RAY_CPUS,

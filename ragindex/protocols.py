@@ -128,4 +128,13 @@ class Log(Protocol):
         """The offset the next committed record will get (Kafka: the last stable offset)."""
         ...
 
+    def begin_offset(self, topic: str, partition: int) -> int:
+        """The oldest offset still readable; reading before it raises OffsetOutOfRange."""
+        ...
+
+    def truncate(self, topic: str, partition: int, before_offset: int) -> None:
+        """Drop every record before `before_offset` (a snapshot covers them), so the log does
+        not grow without bound; InvalidInput past the end offset."""
+        ...
+
     def close(self) -> None: ...

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, Protocol
 
-from fastapi import Depends, FastAPI, Header, HTTPException, Request
+from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import (
@@ -34,6 +34,7 @@ from ragindex.types import MAX_DOCUMENT_CHARS, Document
 
 MAX_BATCH_DOCUMENTS = 256
 MAX_BODY_BYTES = 16 * 1024 * 1024
+MAX_WAIT_S = 60.0  # the longest a writer may wait for read-your-writes
 API_VERSION = "v1"
 
 Scope = MutableMapping[str, Any]
@@ -50,9 +51,13 @@ class Backend(Protocol):
         self, tenant_id: str, query: str, k: int | None, mode: str, rerank: bool | None
     ) -> SearchResult: ...
 
-    async def upsert(self, tenant_id: str, documents: list[Document]) -> list[dict[str, Any]]: ...
+    async def upsert(
+        self, tenant_id: str, documents: list[Document], wait_s: float | None
+    ) -> dict[str, Any]: ...
 
-    async def delete(self, tenant_id: str, source: str, doc_id: str) -> int: ...
+    async def delete(
+        self, tenant_id: str, source: str, doc_id: str, wait_s: float | None
+    ) -> dict[str, Any]: ...
 
     async def answer(self, tenant_id: str, question: str, k: int) -> Answer: ...
 
@@ -93,22 +98,21 @@ class UpsertRequest(_Strict):
     )
 
 
-class DocumentResult(BaseModel):
+class AcceptedDocument(BaseModel):
     source: str
     doc_id: str
-    added: int = Field(description="Chunks embedded and written.")
-    unchanged: int = Field(description="Chunks whose content hash was already indexed.")
-    removed: int = Field(description="Chunks of the previous version that were deleted.")
+    partition: int = Field(description="Partition of the `docs` log the write went to.")
+    offset: int = Field(description="Its offset there: durable once this answer is sent.")
 
 
-class UpsertResponse(BaseModel):
-    results: list[DocumentResult] = Field(description="One entry per document, in request order.")
-
-
-class DeleteResponse(BaseModel):
-    source: str
-    doc_id: str
-    removed: int
+class AcceptedResponse(BaseModel):
+    accepted: list[AcceptedDocument] = Field(
+        description="One entry per document, in request order; each is durable in the log."
+    )
+    applied: bool | None = Field(
+        description="With `wait`: whether every shard replica and the BM25 view applied the"
+        " writes before the timeout (read-your-writes); null without `wait`."
+    )
 
 
 class SearchRequest(_Strict):
@@ -337,20 +341,41 @@ def create_app(
             )
         return found
 
-    @app.post("/v1/documents", response_model=UpsertResponse, tags=["documents"])
-    async def upsert(body: UpsertRequest, tenant_id: str = Depends(tenant)) -> UpsertResponse:
-        """Upsert a batch; answers per document how many chunks were added/unchanged/removed."""
+    def wait_s(
+        wait: bool = Query(
+            False, description="Answer only once the writes are searchable everywhere."
+        ),
+        wait_timeout_s: float = Query(
+            MAX_WAIT_S / 2, gt=0, le=MAX_WAIT_S, description="Upper bound of the wait."
+        ),
+    ) -> float | None:
+        return wait_timeout_s if wait else None
+
+    @app.post("/v1/documents", response_model=AcceptedResponse, status_code=202, tags=["documents"])
+    async def upsert(
+        body: UpsertRequest,
+        tenant_id: str = Depends(tenant),
+        wait_for: float | None = Depends(wait_s),
+    ) -> AcceptedResponse:
+        """Upsert a batch: 202 once every document is durable in the log. `?wait=true` answers
+        once their chunks are searchable on every shard replica and in BM25 (or the timeout)."""
         docs = [Document(**d.model_dump()) for d in body.documents]
-        results = await backend.upsert(tenant_id, docs)
-        return UpsertResponse(results=[DocumentResult(**r) for r in results])
+        return AcceptedResponse(**await backend.upsert(tenant_id, docs, wait_for))
 
     @app.delete(
-        "/v1/documents/{source}/{doc_id}", response_model=DeleteResponse, tags=["documents"]
+        "/v1/documents/{source}/{doc_id}",
+        response_model=AcceptedResponse,
+        status_code=202,
+        tags=["documents"],
     )
-    async def delete(source: str, doc_id: str, tenant_id: str = Depends(tenant)) -> DeleteResponse:
-        """Delete a document; its chunks are tombstoned and never returned again."""
-        removed = await backend.delete(tenant_id, source, doc_id)
-        return DeleteResponse(source=source, doc_id=doc_id, removed=removed)
+    async def delete(
+        source: str,
+        doc_id: str,
+        tenant_id: str = Depends(tenant),
+        wait_for: float | None = Depends(wait_s),
+    ) -> AcceptedResponse:
+        """Delete a document through the log; its chunks are tombstoned and never returned."""
+        return AcceptedResponse(**await backend.delete(tenant_id, source, doc_id, wait_for))
 
     @app.post("/v1/search", response_model=SearchResponse, tags=["search"])
     async def search(body: SearchRequest, tenant_id: str = Depends(tenant)) -> SearchResponse:
@@ -375,10 +400,14 @@ def create_app(
 
     @app.get("/readyz", tags=["ops"])
     async def readyz() -> JSONResponse:
-        """Readiness: indexes open and caught up; 503 until then."""
+        """Readiness: views open (503 until then); `degraded` while searches work but writes
+        cannot reach the log."""
         ok, reason = await backend.ready()
         return JSONResponse(
-            {"status": "ready" if ok else "not ready", "detail": reason},
+            {
+                "status": ("ready" if reason == "ok" else "degraded") if ok else "not ready",
+                "detail": reason,
+            },
             status_code=200 if ok else 503,
         )
 

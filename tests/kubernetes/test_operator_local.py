@@ -49,9 +49,9 @@ def free_port() -> int:
 def ray_dashboard() -> Iterator[str]:
     """Local Ray with its dashboard (the Serve REST API lives there), on loopback."""
     try:
-        import ragindex.app.serve_app  # noqa: F401  (Serve imports it by path in the replicas)
+        import ragindex.app.serve  # noqa: F401  (Serve imports it by path in the replicas)
     except ImportError as e:
-        pytest.skip(f"the Serve app ragindex.app.serve_app cannot be imported yet: {e}")
+        pytest.skip(f"the Serve app ragindex.app.serve cannot be imported yet: {e}")
     import ray
 
     port = free_port()

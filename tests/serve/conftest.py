@@ -44,7 +44,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedApp]:
     import ray
     from ray import serve
 
-    from ragindex.app.serve_app import build_app
+    from ragindex.app.serve import build_app
     from ragindex.app.serve_cli import app_args
     from ragindex.config import RagIndexSpec
 

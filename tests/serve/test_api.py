@@ -56,13 +56,16 @@ def tokens(served: ServedApp) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def loaded(served: ServedApp, tokens: dict[str, str]) -> ServedApp:
     with served.client(tokens["alpha"]) as client:
-        r = client.post("/v1/documents", json={"documents": DOCS})
-        assert r.status_code == 200, r.text
+        r = client.post("/v1/documents", json={"documents": DOCS}, params=WAIT)
+        assert r.status_code == 202 and r.json()["applied"] is True, r.text
     with served.client(tokens["beta"]) as client:
         secret = {"source": "vault", "doc_id": "nightjar", "title": "Vault", "text": SECRET}
-        r = client.post("/v1/documents", json={"documents": [secret]})
-        assert r.status_code == 200, r.text
+        r = client.post("/v1/documents", json={"documents": [secret]}, params=WAIT)
+        assert r.status_code == 202 and r.json()["applied"] is True, r.text
     return served
+
+
+WAIT = {"wait": "true", "wait_timeout_s": "30"}
 
 
 def search(client: Any, query: str, **kw: Any) -> dict[str, Any]:
@@ -71,25 +74,25 @@ def search(client: Any, query: str, **kw: Any) -> dict[str, Any]:
     return r.json()
 
 
-def test_upsert_reports_per_document_counts(served: ServedApp, tokens: dict[str, str]) -> None:
+def test_upsert_is_acknowledged_by_the_log_and_applied_with_wait(
+    served: ServedApp, tokens: dict[str, str]
+) -> None:
     doc = {"source": "notes", "doc_id": "counts", "title": "t", "text": "Counting chunks."}
     with served.client(tokens["alpha"]) as client:
-        first = client.post("/v1/documents", json={"documents": [doc]}).json()
-        again = client.post("/v1/documents", json={"documents": [doc]}).json()
-        edited = {**doc, "text": "Counting chunks again, differently this time."}
-        third = client.post("/v1/documents", json={"documents": [edited]}).json()
-    assert first["results"] == [
-        {"source": "notes", "doc_id": "counts", "added": 1, "unchanged": 0, "removed": 0}
-    ]
-    assert again["results"][0] == {
-        "source": "notes",
-        "doc_id": "counts",
-        "added": 0,
-        "unchanged": 1,
-        "removed": 0,
-    }
-    assert third["results"][0]["added"] == 1
-    assert third["results"][0]["unchanged"] == 0
+        first = client.post("/v1/documents", json={"documents": [doc]}, params=WAIT)
+        assert first.status_code == 202, first.text
+        (accepted,) = first.json()["accepted"]
+        assert (accepted["source"], accepted["doc_id"]) == ("notes", "counts")
+        assert accepted["partition"] >= 0 and accepted["offset"] >= 0
+        assert first.json()["applied"] is True
+        hits = search(client, "counting chunks", k=100, mode="lexical")["hits"]
+        assert [h["chunk_id"] for h in hits].count("notes:counts:0") == 1
+        chunks = client.get("/v1/stats").json()["chunks"]
+        again = client.post("/v1/documents", json={"documents": [doc]}, params=WAIT)
+        assert again.json()["accepted"][0]["offset"] > accepted["offset"]
+        assert client.get("/v1/stats").json()["chunks"] == chunks  # unchanged: no new chunk
+        no_wait = client.post("/v1/documents", json={"documents": [doc]})
+        assert no_wait.status_code == 202 and no_wait.json()["applied"] is None
 
 
 def test_search_returns_cited_hits_with_ranks_and_timings(
@@ -119,15 +122,17 @@ def test_deleted_document_never_returns(served: ServedApp, tokens: dict[str, str
         "text": "Quokkas are small marsupials that live on Rottnest island near Perth.",
     }
     with served.client(tokens["alpha"]) as client:
-        assert client.post("/v1/documents", json={"documents": [doc]}).status_code == 200
+        r = client.post("/v1/documents", json={"documents": [doc]}, params=WAIT)
+        assert r.status_code == 202
         assert search(client, "quokka marsupial Rottnest")["hits"][0]["doc_id"] == "ephemeral"
-        r = client.delete("/v1/documents/tmp/ephemeral")
-        assert r.status_code == 200, r.text
-        assert r.json() == {"source": "tmp", "doc_id": "ephemeral", "removed": 1}
+        r = client.delete("/v1/documents/tmp/ephemeral", params=WAIT)
+        assert r.status_code == 202, r.text
+        assert r.json()["applied"] is True
+        assert r.json()["accepted"][0]["doc_id"] == "ephemeral"
         for mode in ("hybrid", "dense", "lexical"):
             hits = search(client, "quokka marsupial Rottnest", k=100, mode=mode)["hits"]
             assert all(h["doc_id"] != "ephemeral" for h in hits), mode
-        assert client.delete("/v1/documents/tmp/ephemeral").json()["removed"] == 0
+        assert client.delete("/v1/documents/tmp/ephemeral", params=WAIT).status_code == 202
 
 
 def test_no_cross_tenant_hit_even_for_exact_text(loaded: ServedApp, tokens: dict[str, str]) -> None:
@@ -305,7 +310,7 @@ def test_writes_are_visible_within_the_freshness_bound(
     doc = {"source": "fresh", "doc_id": "d1", "title": "", "text": "Axolotls regrow limbs."}
     with served.client(tokens["alpha"]) as client:
         start = time.monotonic()
-        assert client.post("/v1/documents", json={"documents": [doc]}).status_code == 200
+        assert client.post("/v1/documents", json={"documents": [doc]}).status_code == 202
         while not search(client, "axolotl regrow", mode="lexical")["hits"]:
             assert time.monotonic() - start < 2.0
             time.sleep(0.05)
