@@ -33,11 +33,8 @@ def measure(log: Log, records: int, batch: int, size: int) -> dict[str, float]:
     for start in range(0, records, batch):
         log.append(topic, [(i % 2, f"k{i}".encode(), payload) for i in range(start, start + batch)])
     append_s = time.perf_counter() - started
-    started, offset, read, end = time.perf_counter(), 0, 0, log.end_offset(topic, 0)
-    while offset < end:
-        got = log.read(topic, 0, offset, max_records=1000, timeout_s=1.0)
-        if not got:
-            break
+    started, offset, read = time.perf_counter(), 0, 0
+    while got := log.read(topic, 0, offset, max_records=1000):  # until caught up
         read += len(got)
         offset = got[-1].offset + 1
     return {

@@ -29,6 +29,7 @@ import fcntl
 import itertools
 import json
 import os
+import shutil
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -319,6 +320,27 @@ class FileLog:
                 state["partitions"][_pkey(topic, p)] = {"start": 0, "end": 0}
             seg.fsync_dir(self.directory)
             self._commit(state, [])
+
+    def delete_topic(self, topic: str) -> None:
+        check_topic_name(topic)
+        with self._mutex:
+            if topic not in self._read_state()["topics"]:
+                return
+            self._writable()
+            state = copy.deepcopy(self._state)
+            partitions = state["topics"].pop(topic)["partitions"]
+            for p in range(partitions):
+                del state["partitions"][_pkey(topic, p)]
+                for offsets in state["groups"].values():
+                    offsets.pop(_pkey(topic, p), None)
+            self._commit(state, [])  # readers stop seeing it here; the files go after
+            for p in range(partitions):
+                act = self._active.pop((topic, p), None)
+                if act is not None:
+                    os.close(act.fd)
+                self._positions.pop((topic, p), None)
+            shutil.rmtree(self.directory / topic, ignore_errors=True)
+            seg.fsync_dir(self.directory)
 
     def append(self, topic: str, records: Sequence[tuple[int, bytes, bytes | None]]) -> list[int]:
         with self._mutex:

@@ -264,6 +264,26 @@ class KafkaLog:
                 f"not {partitions} (compacted={compacted})"
             )
 
+    def delete_topic(self, topic: str) -> None:
+        if self._describe(topic) is None:
+            return
+        try:
+            self._admin.delete_topics([topic], operation_timeout=self.timeout_s)[topic].result()
+        except KafkaException as e:
+            error = _error_of(e)
+            if error is None or error.code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise self._unavailable(f"delete topic {topic}", e) from e
+        self._partition_counts.pop(topic, None)
+        with self._mutex:
+            for key in [k for k in self._readers if k[0] == topic]:
+                self._readers.pop(key).consumer.close()
+        deadline = time.monotonic() + self.timeout_s
+        while self._describe(topic) is not None:  # deletion spreads through metadata
+            if time.monotonic() > deadline:
+                raise self._unavailable(f"see topic {topic} deleted", TimeoutError())
+            time.sleep(0.05)
+        self._partition_counts.pop(topic, None)
+
     def partitions(self, topic: str) -> int:
         count = self._describe(topic)
         if count is None:
@@ -345,7 +365,7 @@ class KafkaLog:
         except KafkaException as e:
             self._abort(transactional_id, producer)
             error = _error_of(e)
-            if error is not None and (error.code() in _FENCED or error.fatal()):
+            if error is not None and error.code() in _FENCED:
                 raise WriterFenced(
                     f"transactional id {transactional_id} was taken over by a newer writer: {e}"
                 ) from e
@@ -357,7 +377,8 @@ class KafkaLog:
         producer.commit_transaction(self.timeout_s)
 
     def _abort(self, transactional_id: str, producer: Producer) -> None:
-        """Abort the open transaction; a producer that cannot is dropped (a new one fences it)."""
+        """Abort the open transaction; a producer that cannot (broker gone, fenced, a fatal
+        error) is dropped, and the next one's init_transactions aborts what it left open."""
         try:
             producer.abort_transaction(self.timeout_s)
         except KafkaException:
@@ -452,22 +473,27 @@ class KafkaLog:
         self, topic: str, partition: int, reader: _Reader, max_records: int, timeout_s: float
     ) -> list[LogRecord]:
         """Records until `max_records` or the partition's end; at the end with none yet, wait
-        up to `timeout_s` for one. Getting to the end is bounded by the client timeout."""
+        up to `timeout_s` for one. Getting to the end is bounded by the client timeout.
+
+        The end is known from the consumer's partition-EOF event, emitted once each time it
+        catches up; `at_end` remembers it across calls until a new record arrives, so a reader
+        polling at the end is answered at once (from what the background fetcher brought)."""
         start = time.monotonic()
         out: list[LogRecord] = []
-        reader.at_end = False
+        polled = False
         while len(out) < max_records:
             now = time.monotonic()
             if reader.at_end:
-                if out or now >= start + timeout_s:
-                    break
                 wait = start + timeout_s - now
+                if out or (polled and wait <= 0):
+                    break
             else:
                 wait = start + self.timeout_s - now
                 if wait <= 0:
                     reader.next_offset = -1  # unknown position: re-assign next time
                     raise self._unavailable(f"read {topic}/{partition}", TimeoutError())
-            msg = reader.consumer.poll(min(wait, 0.5))
+            msg = reader.consumer.poll(max(0.0, min(wait, 0.5)))
+            polled = True
             if msg is None:
                 continue
             room = max_records - len(out) - 1
@@ -475,12 +501,11 @@ class KafkaLog:
                 error, offset = m.error(), m.offset()
                 if error is None and offset is not None:
                     out.append(LogRecord(partition, offset, m.key() or b"", m.value()))
-                    reader.next_offset = offset + 1
+                    reader.next_offset, reader.at_end = offset + 1, False
                 elif error is None:
                     continue
                 elif error.code() == KafkaError._PARTITION_EOF:
                     reader.at_end = True
-                    reader.next_offset = max(reader.next_offset, offset or 0)
                 elif error.code() in _OUT_OF_RANGE:
                     reader.next_offset = -1
                     raise OffsetOutOfRange(

@@ -55,6 +55,7 @@ class LogShardReplica:
         self.topic = topic
         self.partition = shard
         self.directory = directory
+        directory.mkdir(parents=True, exist_ok=True)  # this replica's node-local storage
         self.identity = identity
         self.shard = DenseShard(identity, hnsw, exact_threshold)
         self.texts: dict[str, dict[str, Chunk]] = {}  # tenant -> chunk id -> chunk

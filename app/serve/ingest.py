@@ -20,7 +20,7 @@ from ragindex.app.serve.data_plane import ensure_topics, open_log, plane_topics,
 from ragindex.app.serve.pools import RemoteEmbedder
 from ragindex.app.serve.threads import ReplicaThread, limit_threads
 from ragindex.config import RagIndexSpec
-from ragindex.errors import BackendUnavailable, InvalidInput, RagIndexError
+from ragindex.errors import BackendUnavailable, InvalidInput
 from ragindex.ingest.pipeline import as_documents
 from ragindex.ingest.worker import IngestWorker, owned_partitions
 from ragindex.models.embedder import load_embedder
@@ -85,7 +85,7 @@ class Ingest:
         """Poll and process; a failed batch (log down) is retried from its committed offset."""
         while True:
             try:
-                done = await self.worker_thread.run(self.worker.poll, 64, POLL_TIMEOUT_S)
+                done = await self.worker_thread.run(self.worker.poll, 64, 0.0)
                 if not done:
                     await asyncio.sleep(POLL_TIMEOUT_S)
             except Exception:
@@ -95,10 +95,12 @@ class Ingest:
     def _append(self, records: list[tuple[int, bytes, bytes | None]]) -> list[int]:
         try:
             return self.log.append(self.topics.docs, records)
-        except RagIndexError:
+        except InvalidInput:
             raise
-        except Exception as err:  # the log's client failed: nothing was acknowledged
-            raise BackendUnavailable(f"the log did not take the write: {err}") from err
+        except Exception as err:  # the log failed: nothing was acknowledged or stored
+            raise BackendUnavailable(
+                f"the log did not take the write (nothing was stored; retry later): {err}"
+            ) from err
 
     async def append(self, tenant_id: str, documents: list[Document]) -> list[dict[str, Any]]:
         """Validate, append to `docs`, return where each document landed once durable."""

@@ -84,6 +84,14 @@ class LogContract:
             log.append(topic, [(0, "k", b"v")])  # type: ignore[list-item]
         assert log.end_offset(topic, 0) == 0  # a refused batch wrote nothing
 
+    def test_delete_topic_removes_records_and_offsets(self, log: Log, topic: str) -> None:
+        log.ensure_topic(topic, 2, compacted=True)
+        log.append_and_commit(topic, [(1, b"k", b"v")], group="g", consumed={(topic, 0): 3})
+        log.delete_topic(topic)
+        log.delete_topic(topic)  # deleting what is gone is no error
+        with pytest.raises(InvalidInput, match="topic"):
+            log.partitions(topic)
+
     # -- append and read --------------------------------------------------------------------
 
     def test_append_returns_increasing_offsets(self, log: Log, topic: str) -> None:
@@ -108,12 +116,17 @@ class LogContract:
         middle = read_all(log, topic, 0, offsets[4])
         assert [r.value for r in middle] == [f"v{i}".encode() for i in range(4, 10)]
         assert len(log.read(topic, 0, offsets[0], max_records=3, timeout_s=5)) == 3
-        end = log.end_offset(topic, 0)
+        # Caught up: reading after the last record returns nothing, again and again (the
+        # end offset may lie further: a caller is caught up when a read returns nothing).
+        after_last = offsets[-1] + 1
         started = time.monotonic()
-        assert log.read(topic, 0, end, timeout_s=0.3) == []
+        assert log.read(topic, 0, after_last, timeout_s=0.3) == []
         assert time.monotonic() - started >= 0.25  # it waited for a record that never came
+        assert log.read(topic, 0, after_last) == []
+        assert log.read(topic, 0, after_last, timeout_s=0.1) == []
+        assert log.read(topic, 0, log.end_offset(topic, 0)) == []
         with pytest.raises(OffsetOutOfRange):
-            log.read(topic, 0, end + 100, timeout_s=1)
+            log.read(topic, 0, log.end_offset(topic, 0) + 100, timeout_s=1)
 
     def test_keyed_records_and_tombstones(self, log: Log, topic: str) -> None:
         log.ensure_topic(topic, 1, compacted=True)

@@ -165,3 +165,45 @@ def test_segments_roll_compact_and_truncate_on_disk(tmp_path: Path) -> None:
         r.offset for r in kept if r.offset >= end - 3
     ]
     log.close()
+
+
+_EFBIG_SCRIPT = """
+import resource, sys
+from pathlib import Path
+from ragindex.errors import BackendUnavailable
+from ragindex.log import FileLog
+from ragindex.log import segments as seg
+
+log = FileLog(Path(sys.argv[1]))
+log.ensure_topic("t", 1, compacted=False)
+log.append("t", [(0, b"a", b"1" * 100)])
+size = seg.segments(Path(sys.argv[1]) / "t" / "0")[-1][1].stat().st_size
+soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+resource.setrlimit(resource.RLIMIT_FSIZE, (size + 1000, hard))  # Python ignores SIGXFSZ
+try:
+    log.append("t", [(0, b"b", b"2" * 5000)])  # a short write, then EFBIG
+except BackendUnavailable as e:
+    print("refused:", e)
+resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))  # the disk has room again
+print("later:", log.append("t", [(0, b"c", b"3" * 100)]))
+"""
+
+
+def test_a_real_file_size_limit_tears_a_write_and_nothing_acknowledged_is_lost(
+    tmp_path: Path,
+) -> None:
+    """No mock: RLIMIT_FSIZE makes the kernel cut the write short, then refuse it (EFBIG)."""
+    out = subprocess.run(
+        [sys.executable, "-c", _EFBIG_SCRIPT, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "refused:" in out.stdout and "File too large" in out.stdout
+    log = FileLog(tmp_path)
+    assert [(r.key, len(r.value or b"")) for r in read_all(log, "t", 0)] == [
+        (b"a", 100),
+        (b"c", 100),
+    ]
+    log.close()
