@@ -1,10 +1,11 @@
 """`ragindex bench backfill`: documents/s of a generation backfill against the raw embedder's.
 
-Both legs process the same Cranfield documents on the same embedder in one run:
-- raw: chunk every document and embed its chunks (`embed_chunks`), nothing else;
-- backfill: a fresh generation's ingest worker replays the documents from the file log's
-  `docs` topic and commits its chunks (vectors and all) with its offsets, as `ragindex
-  reindex` does.
+Both legs process the same Cranfield documents on the same embedder in one run, alternating
+batch by batch (a busy box slows both alike):
+- raw: chunk each document and embed its chunks (`embed_chunks`), nothing else;
+- backfill: a fresh generation's ingest worker consumes the same documents from the file log's
+  `docs` topic (appended before the clock starts) and commits its chunks, vectors and all, with
+  its offsets, as `ragindex reindex` does.
 The ratio (backfill / raw) is what the log, the manifest and the commits cost; it is compared
 within one run because absolute figures on a shared 2-core box mean little.
 """
@@ -27,54 +28,51 @@ from ragindex.evals.collections import load_cranfield
 from ragindex.ingest.pipeline import chunk_for_embedder, embed_chunks
 from ragindex.ingest.worker import IngestWorker
 from ragindex.models.embedder import load_embedder
-from ragindex.protocols import Embedder
 from ragindex.records import doc_key, encode_document
 from ragindex.topics import partition_for_key
-from ragindex.types import Document
 
 TENANT = "bench"
 
 
-def raw_embed(embedder: Embedder, spec: RagIndexSpec, docs: list[Document]) -> tuple[float, int]:
-    """Seconds to chunk and embed every document, and how many chunks."""
-    started = time.perf_counter()
-    chunks = [c for d in docs for c in chunk_for_embedder(embedder, spec.chunking, TENANT, d)]
-    embed_chunks(embedder, chunks)
-    return time.perf_counter() - started, len(chunks)
-
-
-def backfill(embedder: Embedder, spec: RagIndexSpec, docs: list[Document], work: Path) -> float:
-    """Seconds for a new generation's worker to replay `docs` into its chunks topic."""
-    topics = plane_topics(spec, APP_NAME, DEFAULT_NAMESPACE)
-    log = open_log(work)
-    try:
-        ensure_topics(log, topics)
-        records = []
-        for d in docs:
-            key = doc_key(TENANT, d.source, d.doc_id)
-            records.append(
-                (partition_for_key(key, topics.docs_partitions), key, encode_document(d))
-            )
-        log.append(topics.docs, records)
-        started = time.perf_counter()
-        worker = IngestWorker(log, topics, embedder, spec.chunking, range(topics.docs_partitions))
-        while worker.poll():
-            pass
-        elapsed = time.perf_counter() - started
-        assert worker.lag() == 0
-        return elapsed
-    finally:
-        log.close()
-
-
-def run_backfill_bench(docs_count: int, spec: RagIndexSpec) -> dict[str, Any]:
+def run_backfill_bench(docs_count: int, spec: RagIndexSpec, batch: int = 50) -> dict[str, Any]:
+    """Alternate the two legs batch by batch, so a busy box slows both alike."""
     embedder = load_embedder(spec.embedder)
     corpus = load_cranfield(cranfield_dir())
     docs = [d.to_document("cranfield") for d in list(corpus.corpus.values())[:docs_count]]
     embedder.embed_passages(["warm up"])
-    raw_s, chunks = raw_embed(embedder, spec, docs)
+    topics = plane_topics(spec, APP_NAME, DEFAULT_NAMESPACE)
+    raw_s = backfill_s = 0.0
+    chunks = 0
     with tempfile.TemporaryDirectory(prefix="ragindex-bench-backfill-") as tmp:
-        backfill_s = backfill(embedder, spec, docs, Path(tmp))
+        log = open_log(Path(tmp))
+        try:
+            ensure_topics(log, topics)
+            records = []
+            for d in docs:
+                key = doc_key(TENANT, d.source, d.doc_id)
+                records.append(
+                    (partition_for_key(key, topics.docs_partitions), key, encode_document(d))
+                )
+            worker = IngestWorker(
+                log, topics, embedder, spec.chunking, range(topics.docs_partitions)
+            )
+            for start in range(0, len(docs), batch):
+                part = docs[start : start + batch]
+                started = time.perf_counter()
+                cut = [
+                    c for d in part for c in chunk_for_embedder(embedder, spec.chunking, TENANT, d)
+                ]
+                embed_chunks(embedder, cut)
+                raw_s += time.perf_counter() - started
+                chunks += len(cut)
+                log.append(topics.docs, records[start : start + batch])  # the log already has it
+                started = time.perf_counter()
+                while worker.poll():
+                    pass
+                backfill_s += time.perf_counter() - started
+            assert worker.lag() == 0
+        finally:
+            log.close()
     return {
         "documents": len(docs),
         "chunks": chunks,

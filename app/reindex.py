@@ -11,13 +11,15 @@ On one machine (the file log in the data directory):
    `docs`, each tenant's live documents all have chunks in the new generation's views, and the
    self-check: each sampled document's title retrieves it in the top 10 of the new dense leg.
 4. Promotion: one atomic write of the record; the old generation is retained for
-   `spec.generations.rollbackWindowHours` (`ragindex reindex --rollback`). A failed check
-   leaves the old generation serving, marks the new one failed with the reason, and raises
-   PromotionRefused naming the failed checks.
+   `spec.generations.rollbackWindowHours` (`ragindex reindex --rollback`); generations past
+   that window lose their `chunks` topic and replica directories at the next promotion. A
+   failed check leaves the old generation serving, marks the new one failed with the reason,
+   and raises PromotionRefused naming the failed checks.
 """
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -41,7 +43,9 @@ from ragindex.generations import (
     GenerationRecord,
     PromotionEvidence,
     PromotionRefused,
+    expired,
     fail,
+    forget,
     index_generation,
     promote,
     promotion_failures,
@@ -177,6 +181,7 @@ class Reindex:
             raise PromotionRefused(self.generation, failures)
         self.record = promote(self.record, self.generation, self.clock())
         write_record(self.data_dir, self.record)  # the switch: one atomic rename
+        self.record = retire_expired(self.data_dir, self.log, self.clock())
         return ReindexReport(
             generation=self.generation,
             previous=self.previous,
@@ -218,6 +223,24 @@ class Reindex:
 
     def close(self) -> None:
         self.log.close()
+
+
+def retire_expired(data_dir: Path, log_: Log, now: float) -> GenerationRecord:
+    """Delete the topics and replica directories of generations retained or failed longer
+    than the serving spec's rollback window, then drop them from the record."""
+    record = read_record(data_dir)
+    if record is None or record.active is None:
+        raise InvalidInput(f"nothing was ingested into {data_dir} yet: there is no index")
+    window_s = record.spec_of(record.active).generations.rollback_window_hours * 3600
+    doomed = expired(record, now, window_s)
+    for generation in doomed:
+        spec = record.spec_of(generation)
+        log_.delete_topic(plane_topics(spec, APP_NAME, DEFAULT_NAMESPACE).chunks)
+        shutil.rmtree(replica_dir(data_dir, spec, REINDEX_REPLICA, 0).parent, ignore_errors=True)
+    if doomed:
+        record = forget(record, doomed)
+        write_record(data_dir, record)
+    return record
 
 
 def rollback(

@@ -242,6 +242,14 @@ def rollback_target(record: GenerationRecord, now: float, window_s: float) -> st
     return generation
 
 
+def forget(record: GenerationRecord, generations: Sequence[str]) -> GenerationRecord:
+    """The record without `generations` (retired: their data is deleted); never the active."""
+    if record.active in generations:
+        raise InvalidInput(f"generation {record.active} serves; it cannot be retired")
+    kept = {g: e for g, e in record.generations.items() if g not in generations}
+    return replace(record, generations=kept)
+
+
 def expired(record: GenerationRecord, now: float, window_s: float) -> list[str]:
     """Retained or failed generations past the rollback window (their data may be dropped)."""
     return sorted(

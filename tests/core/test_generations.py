@@ -16,6 +16,7 @@ from ragindex.generations import (
     expired,
     fail,
     first_generation,
+    forget,
     index_generation,
     ingest_group,
     promote,
@@ -139,6 +140,9 @@ def test_promote_retains_the_old_generation_and_rolls_back_inside_the_window() -
     with pytest.raises(InvalidInput, match="beyond the rollback window"):
         rollback_target(promoted, now=500.0, window_s=60)
     assert expired(promoted, now=500.0, window_s=60) == [g_old]
+    assert set(forget(promoted, [g_old]).generations) == {g_new}
+    with pytest.raises(InvalidInput, match="serves"):
+        forget(promoted, [g_new])
     back = promote(promoted, g_old, now=140.0)
     assert back.active == g_old and back.generations[g_new].state == "retained"
 

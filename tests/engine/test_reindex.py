@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shutil
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -17,8 +18,8 @@ import pytest
 from ragindex.app.cli import main
 from ragindex.app.embedded import ingest_through_log
 from ragindex.app.generations import read_record, serving_spec
-from ragindex.app.reindex import Reindex
-from ragindex.app.serve.data_plane import DEFAULT_NAMESPACE, replica_dir
+from ragindex.app.reindex import Reindex, retire_expired
+from ragindex.app.serve.data_plane import DEFAULT_NAMESPACE, plane_topics, replica_dir
 from ragindex.app.serve.query_side import LocalQuerySide, SerializedEmbedder
 from ragindex.app.serve_cli import APP_NAME
 from ragindex.config import RagIndexSpec
@@ -26,6 +27,7 @@ from ragindex.errors import InvalidInput
 from ragindex.evals.collections import Collection
 from ragindex.evals.metrics import ndcg_at_k
 from ragindex.generations import PromotionRefused, index_generation
+from ragindex.log import FileLog
 from ragindex.protocols import Embedder, Vectors
 from ragindex.records import doc_key, encode_document
 from ragindex.topics import partition_for_key
@@ -199,6 +201,17 @@ def test_reshard_keeps_ndcg_and_the_old_generation_answers_throughout(
     record = read_record(data_dir)
     assert record is not None and record.active == index_generation(OLD)
     assert record.generations[new].state == "retained"
+
+    # Past the window, a retained generation's topic and replica directories are deleted.
+    log = FileLog(data_dir / "log")
+    try:
+        record = retire_expired(data_dir, log, time.time() + 25 * 3600)
+        assert record.active == index_generation(OLD) and new not in record.generations
+        with pytest.raises(InvalidInput):
+            log.partitions(plane_topics(RESHARDED, APP_NAME, DEFAULT_NAMESPACE).chunks)
+        assert not (data_dir / "replicas" / new).exists()
+    finally:
+        log.close()
 
 
 def test_a_failed_self_check_is_not_promoted(data_dir: Path, shared: Embedder) -> None:
