@@ -245,4 +245,8 @@ def test_reindex_refuses_what_needs_no_rebuild_and_changes_nothing(
     with pytest.raises(InvalidInput, match="already serving"):
         Reindex(data_dir, in_place, embedder=shared, serving_embedder=shared)
     assert (data_dir / "generations.json").read_bytes() == before
+    in_place_file = data_dir.parent / "in-place.yaml"
+    in_place_file.write_text("dense:\n  hnsw:\n    efSearch: 32\nlog:\n  docsPartitions: 3\n")
+    assert main(["reindex", "--spec", str(in_place_file), "--data-dir", str(data_dir)]) == 2
     assert main(["reindex", "--rollback", "--data-dir", str(data_dir)]) == 2
+    assert (data_dir / "generations.json").read_bytes() == before
