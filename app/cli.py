@@ -163,6 +163,9 @@ def cmd_render(args: argparse.Namespace) -> int:
     return 0
 
 
+CHECK_HELP = "exit 1 when a goal of this benchmark is missed (CI uses it)"
+
+
 def _lazy(module: str, function: str) -> Callable[[argparse.Namespace], int]:
     """Resolve a command's implementation only when it runs (keeps start-up light)."""
 
@@ -218,6 +221,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", type=Path, help="write the report as JSON")
     p.add_argument("--per-query", type=Path, help="write per-query results as JSON")
     p.add_argument("--answers", action="store_true", help="evaluate generated answers too")
+    p.add_argument(
+        "--split",
+        choices=["tune", "heldout", "all"],
+        default="all",
+        help="judged queries to score: the seeded tuning half, the held-out half, or all",
+    )
     p.set_defaults(run=_lazy("ragindex.app.eval_cli", "eval_command"))
 
     p = sub.add_parser("golden", help="golden-set helpers")
@@ -240,12 +249,14 @@ def build_parser() -> argparse.ArgumentParser:
     b = bench.add_parser("filtered", help="tenant-filtered dense recall and latency")
     b.add_argument("--vectors", type=int, default=100_000)
     b.add_argument("--json", type=Path)
+    b.add_argument("--check", action="store_true", help=CHECK_HELP)
     b.set_defaults(run=_lazy("ragindex.app.bench_cli", "bench_filtered_command"))
     b = bench.add_parser("serve", help="HTTP vs in-process search, freshness, ingest throughput")
     b.add_argument("--chunks", type=int, default=100_000)
     b.add_argument("--json", type=Path)
     b.add_argument("--data-dir", type=Path)
     b.add_argument("--port", type=int, default=8011)
+    b.add_argument("--check", action="store_true", help=CHECK_HELP)
     b.set_defaults(run=_lazy("ragindex.app.serve_cli", "bench_serve_command"))
     b = bench.add_parser("backfill", help="generation backfill documents/s vs the raw embedder")
     b.add_argument("--docs", type=int, default=500, help="Cranfield documents to replay")
@@ -255,6 +266,7 @@ def build_parser() -> argparse.ArgumentParser:
     b = bench.add_parser("bm25", help="BM25 on Elasticsearch vs the embedded backend")
     b.add_argument("--json", type=Path)
     b.add_argument("--synthetic", type=int, default=0, help="extra synthetic documents")
+    b.add_argument("--check", action="store_true", help=CHECK_HELP)
     b.set_defaults(run=_lazy("ragindex.app.bench_cli", "bench_bm25_command"))
     b = bench.add_parser("suite", help="every benchmark in one run: JSON, PNG plots, peers")
     b.add_argument("--json", type=Path, help="default docs/benchmarks.json")
@@ -264,6 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--serve-chunks", type=int, help="HTTP benchmark size (default --vectors)")
     b.add_argument("--threads", type=int, default=1, help="FAISS and torch threads")
     b.add_argument("--skip", action="append", choices=["es", "serve"], default=[])
+    b.add_argument("--check", action="store_true", help=CHECK_HELP)
     b.set_defaults(run=_lazy("ragindex.app.gate_cli", "bench_suite_command"))
 
     p = sub.add_parser("gate", help="release gate: Cranfield + benchmark ratios vs a baseline")

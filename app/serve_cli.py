@@ -156,4 +156,4 @@ def bench_serve_command(args: argparse.Namespace) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
         print(f"wrote {args.json}", file=sys.stderr)
-    return 0
+    return 1 if getattr(args, "check", False) and report["missed_goals"] else 0

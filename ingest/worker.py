@@ -39,6 +39,7 @@ from ragindex.types import Chunk, LogRecord
 log = logging.getLogger("ragindex.ingest")
 
 INGEST_GROUP = "ingest"
+LAG_LIMIT = 10_000  # lag() counts up to this many records per partition
 READ_BATCH = 64  # docs per transaction: small enough that a crash redoes little
 
 
@@ -121,10 +122,17 @@ class IngestWorker:
         self.manifest = rebuild_manifest(log_, topics, self.partitions)
 
     def lag(self) -> int:
-        """Records of owned partitions not yet committed."""
+        """Records of owned partitions not yet consumed: what a read from the committed offset
+        returns (offsets are no measure: Kafka's transaction markers take offsets too)."""
         return sum(
-            self.log.end_offset(self.topics.docs, p)
-            - self.log.committed(self.group, self.topics.docs, p)
+            len(
+                self.log.read(
+                    self.topics.docs,
+                    p,
+                    self.log.committed(self.group, self.topics.docs, p),
+                    max_records=LAG_LIMIT,
+                )
+            )
             for p in self.partitions
         )
 

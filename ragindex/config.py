@@ -122,6 +122,16 @@ class LexicalSpec(_Spec):
     on_unavailable: Literal["error", "dense-only"] = Field(
         "error", description="When the BM25 backend is down: fail the search or return dense-only."
     )
+    title_boost: float = Field(
+        1.0,
+        ge=0,
+        le=100,
+        description="Weight of the chunk's title field in BM25 (0 leaves titles unsearched);"
+        " a field's BM25 score is multiplied by its boost and the fields' scores are summed.",
+    )
+    body_boost: float = Field(
+        1.0, gt=0, le=100, description="Weight of the chunk's text (body) field in BM25."
+    )
 
     @model_validator(mode="after")
     def _url_only_for_elasticsearch(self) -> LexicalSpec:
@@ -132,6 +142,12 @@ class LexicalSpec(_Spec):
 
 class FusionSpec(_Spec):
     rrf_k: int = Field(60, ge=1, le=1000, description="RRF constant k in 1 / (k + rank).")
+    dense_weight: float = Field(
+        1.0, ge=0, le=100, description="Weight of the dense leg in RRF: weight / (k + rank)."
+    )
+    lexical_weight: float = Field(
+        1.0, ge=0, le=100, description="Weight of the BM25 leg in RRF: weight / (k + rank)."
+    )
     candidates: int = Field(100, ge=1, le=1000, description="Hits each leg fetches before fusion.")
     top_k: int = Field(8, ge=1, le=100, description="Hits returned by default.")
 
@@ -139,7 +155,52 @@ class FusionSpec(_Spec):
     def _candidates_cover_top_k(self) -> FusionSpec:
         if self.candidates < self.top_k:
             raise ValueError("fusion.candidates must be >= fusion.topK")
+        if self.dense_weight == 0 and self.lexical_weight == 0:
+            raise ValueError("fusion.denseWeight and fusion.lexicalWeight cannot both be 0")
         return self
+
+
+class Rm3Spec(_Spec):
+    """RM3 pseudo-relevance feedback for BM25: expand the query with terms of its top hits."""
+
+    enabled: bool = Field(False, description="Expand BM25 queries with RM3 (two BM25 passes).")
+    docs: int = Field(10, ge=1, le=100, description="Top BM25 hits taken as feedback documents.")
+    terms: int = Field(10, ge=1, le=200, description="Expansion terms added to the query.")
+    original_weight: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="Weight of the original query in the expanded one (1 - it goes to the"
+        " feedback terms).",
+    )
+
+
+class RocchioSpec(_Spec):
+    """Rocchio feedback for the dense leg: move the query vector towards its top hits."""
+
+    enabled: bool = Field(
+        False, description="Re-search the dense leg with a query moved towards its top hits."
+    )
+    docs: int = Field(3, ge=1, le=50, description="Top dense hits taken as feedback documents.")
+    alpha: float = Field(1.0, ge=0, le=10, description="Weight of the original query vector.")
+    beta: float = Field(
+        0.5, ge=0, le=10, description="Weight of the mean vector of the feedback documents."
+    )
+
+    @model_validator(mode="after")
+    def _some_weight(self) -> RocchioSpec:
+        if self.alpha == 0 and self.beta == 0:
+            raise ValueError("feedback.rocchio alpha and beta cannot both be 0")
+        return self
+
+
+class FeedbackSpec(_Spec):
+    """Pseudo-relevance feedback per leg; both are off by default (see README, Measured)."""
+
+    rm3: Rm3Spec = Field(default_factory=Rm3Spec, description="RM3 for the BM25 leg.")
+    rocchio: RocchioSpec = Field(
+        default_factory=RocchioSpec, description="Rocchio for the dense leg."
+    )
 
 
 class ChunkingSpec(_Spec):
@@ -317,6 +378,9 @@ class RagIndexSpec(_Spec):
     dense: DenseSpec = Field(default_factory=DenseSpec, description="Dense FAISS shards.")
     lexical: LexicalSpec = Field(default_factory=LexicalSpec, description="BM25 leg.")
     fusion: FusionSpec = Field(default_factory=FusionSpec, description="Rank fusion.")
+    feedback: FeedbackSpec = Field(
+        default_factory=FeedbackSpec, description="Pseudo-relevance feedback per leg."
+    )
     chunking: ChunkingSpec = Field(default_factory=ChunkingSpec, description="Chunking.")
     generator: GeneratorSpec = Field(
         default_factory=GeneratorSpec, description="Answer generation for /v1/answer."

@@ -13,11 +13,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from ragindex.config import FusionSpec, LexicalSpec, RerankerSpec
+from ragindex.config import FusionSpec, LexicalSpec, RerankerSpec, RocchioSpec
 from ragindex.errors import BackendUnavailable, InvalidInput
+from ragindex.feedback import rocchio
 from ragindex.fusion import reciprocal_rank_fusion
-from ragindex.protocols import DenseIndex, Embedder, LexicalIndex, Reranker
-from ragindex.types import Chunk, Hit, validate_tenant
+from ragindex.ingest.pipeline import passage_text
+from ragindex.protocols import DenseIndex, Embedder, LexicalIndex, Reranker, Vectors
+from ragindex.types import Chunk, Hit, ScoredId, validate_tenant
 
 Mode = Literal["hybrid", "dense", "lexical"]
 MODES: tuple[str, ...] = ("hybrid", "dense", "lexical")
@@ -62,6 +64,7 @@ class QueryEngine:
         lexical_spec: LexicalSpec,
         reranker: Reranker | None = None,
         reranker_spec: RerankerSpec | None = None,
+        rocchio: RocchioSpec | None = None,
     ) -> None:
         self.embedder = embedder
         self.dense = dense
@@ -71,6 +74,7 @@ class QueryEngine:
         self.lexical_spec = lexical_spec
         self.reranker = reranker
         self.reranker_spec = reranker_spec or RerankerSpec()
+        self.rocchio = rocchio or RocchioSpec()
 
     def search(
         self,
@@ -99,6 +103,9 @@ class QueryEngine:
                 dense_hits = self.dense.search(
                     vector, candidates, tenant_id, self.embedder.identity
                 )
+            if self.rocchio.enabled and dense_hits:
+                with _timed(timings, "rocchio"):
+                    dense_hits = self._rocchio_search(tenant_id, vector, dense_hits, candidates)
             legs["dense"] = [h.chunk_id for h in dense_hits]
         if checked_mode in ("hybrid", "lexical"):
             try:
@@ -111,7 +118,10 @@ class QueryEngine:
                 result.warnings.append(f"lexical leg unavailable, dense-only result: {err}")
 
         with _timed(timings, "fusion"):
-            fused = reciprocal_rank_fusion(legs, k=self.fusion.rrf_k)
+            weights = {"dense": self.fusion.dense_weight, "lexical": self.fusion.lexical_weight}
+            if len(legs) == 1:  # one leg alone keeps its own order, whatever its weight
+                weights = {}
+            fused = reciprocal_rank_fusion(legs, k=self.fusion.rrf_k, weights=weights)
         pool_size = self.reranker_spec.top_n if use_rerank else k
         pool = fused[:pool_size]
         with _timed(timings, "fetch"):
@@ -128,6 +138,23 @@ class QueryEngine:
             hits.sort(key=lambda h: -h.score)
         result.hits = hits[:k]
         return result
+
+    def _rocchio_search(
+        self, tenant_id: str, vector: Vectors, hits: list[ScoredId], candidates: int
+    ) -> list[ScoredId]:
+        """Search the dense leg again with the query moved towards its top hits (Rocchio).
+
+        The hits' vectors are re-embedded from their stored text (the DenseIndex protocol
+        returns ids, not vectors), as ingest embedded them: this costs one passage batch."""
+        top = [h.chunk_id for h in hits[: self.rocchio.docs]]
+        found = self.chunks.get_chunks(tenant_id, top)
+        texts = [passage_text(found[cid]) for cid in top if cid in found]
+        if not texts:
+            return hits
+        moved = rocchio(
+            vector, self.embedder.embed_passages(texts), self.rocchio.alpha, self.rocchio.beta
+        )
+        return self.dense.search(moved, candidates, tenant_id, self.embedder.identity)
 
 
 @contextmanager

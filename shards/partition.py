@@ -70,6 +70,11 @@ class TenantPartition:
     def chunk_ids(self) -> list[str]:
         return list(self._internal)
 
+    def live_vectors(self) -> tuple[list[str], Vectors]:
+        """Every live chunk id and its stored vector (to rebuild the same data another way)."""
+        internal = np.array(list(self._chunk), dtype=np.int64)
+        return [self._chunk[int(i)] for i in internal], self._vectors_of(internal)
+
     def _new_index(self, kind: Kind) -> Any:
         inner: Any
         if kind == "flat":
@@ -152,7 +157,9 @@ class TenantPartition:
             scores, labels = self._index.search(query, k)
         else:
             params = faiss.SearchParametersHNSW()  # type: ignore[attr-defined]  # no stub
-            params.efSearch = max(self.hnsw.ef_search, k)
+            # efSearch is honoured as given, even below k (FAISS still returns k hits): a
+            # clamp to k would hide a too-small efSearch from the gate and the sweep.
+            params.efSearch = self.hnsw.ef_search
             if self._tombstones:
                 if self._selector is None:
                     batch = faiss.IDSelectorBatch(np.fromiter(self._tombstones, dtype=np.int64))

@@ -15,8 +15,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ragindex.config import HnswSpec
 from ragindex.errors import IdentityMismatch, InvalidInput
+from ragindex.protocols import Vectors
 from ragindex.shards.fsio import fsync_dir, write_durable
 from ragindex.shards.partition import TenantPartition
 from ragindex.shards.vectors import (
@@ -98,6 +101,15 @@ class DenseShard:
         with self._lock:
             part = self._partitions.get(tenant)
             return len(part) if part is not None else 0
+
+    def live_vectors(self, tenant_id: str) -> tuple[list[str], Vectors]:
+        """The tenant's live chunk ids and vectors in this shard."""
+        tenant = validate_tenant(tenant_id)
+        with self._lock:
+            part = self._partitions.get(tenant)
+            if part is None:
+                return [], np.empty((0, self.dim), dtype=np.float32)
+            return part.live_vectors()
 
     def kind_of(self, tenant_id: str) -> str | None:
         """How this shard searches the tenant ("flat" or "hnsw"), None if it holds none."""

@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ragindex.config import HnswSpec
 from ragindex.errors import InvalidInput
 from ragindex.hashing import shard_for
@@ -154,6 +156,17 @@ class ShardedDenseIndex:
     def count(self, tenant_id: str) -> int:
         tenant = validate_tenant(tenant_id)
         return sum(shard.count(tenant) for shard in self._shards)
+
+    def live_vectors(self, tenant_id: str) -> tuple[list[str], Vectors]:
+        """The tenant's live chunk ids and vectors over all shards (e.g. to build the same
+        data with another layout and compare searches)."""
+        ids: list[str] = []
+        parts: list[Vectors] = []
+        for shard in self._shards:
+            shard_ids, vectors = shard.live_vectors(tenant_id)
+            ids += shard_ids
+            parts.append(vectors)
+        return ids, np.concatenate(parts)
 
     def kinds(self, tenant_id: str) -> list[str]:
         """How each shard holding the tenant searches it ("flat" or "hnsw")."""

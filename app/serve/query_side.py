@@ -183,6 +183,7 @@ class LocalQuerySide:
             lexical_spec=self.spec.lexical,
             reranker=reranker,
             reranker_spec=self.spec.reranker,
+            rocchio=self.spec.feedback.rocchio,
         )
         self.refresh()
         return True
@@ -320,6 +321,7 @@ class ClusterQuerySide:
             lexical_spec=spec.lexical,
             reranker=RemoteReranker(reranker) if reranker is not None else None,
             reranker_spec=spec.reranker,
+            rocchio=spec.feedback.rocchio,
         )
 
     def load_models(self) -> None:

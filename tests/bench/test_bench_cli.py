@@ -41,7 +41,7 @@ def test_bm25_bench_on_a_real_elasticsearch(
     assert result["chunks"] == 6 and result["queries"] == 3
     for leg in ("bm25", "hybrid"):
         for backend in ("tantivy", "elasticsearch"):
-            assert result[leg][backend]["searches"] == 3
+            assert result[leg][backend]["samples"] == 3
     assert result["bm25_ndcg@10_abs_diff"] < 0.01
     assert result["hybrid"]["elasticsearch"]["ndcg@10"] == pytest.approx(
         result["hybrid"]["tantivy"]["ndcg@10"], abs=0.01

@@ -32,6 +32,10 @@ def test_spec_accepts_camel_case_and_defaults():
         ({"dense": {"shards": "two"}}, "shards"),
         ({"unknownField": 1}, "unknownField"),
         ({"scaling": {"query": {"minReplicas": 5, "maxReplicas": 2}}}, "minReplicas"),
+        ({"fusion": {"denseWeight": 0, "lexicalWeight": 0}}, "cannot both be 0"),
+        ({"lexical": {"bodyBoost": 0}}, "bodyBoost"),
+        ({"feedback": {"rm3": {"originalWeight": 1.5}}}, "originalWeight"),
+        ({"feedback": {"rocchio": {"alpha": 0, "beta": 0}}}, "cannot both be 0"),
     ],
 )
 def test_invalid_specs_name_the_field(spec, message):

@@ -16,7 +16,6 @@ import contextlib
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import time
 import uuid
@@ -28,6 +27,8 @@ import httpx
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
+
+from ragindex.lexical.es_server import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO / "scripts" / "build_k8s.sh"
@@ -123,12 +124,6 @@ def ensure_binaries() -> Path:
             f"scripts/build_k8s.sh failed (rc {rc.returncode}, missing {missing}); see {log}"
         )
     return directory
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _write_service_account_keys(directory: Path) -> tuple[Path, Path]:

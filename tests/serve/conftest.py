@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -13,6 +12,7 @@ import httpx
 import pytest
 
 from ragindex.config import RagIndexSpec
+from ragindex.lexical.es_server import free_port
 from ragindex.serve_config import render_serve_config
 
 for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
@@ -21,12 +21,6 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
 os.environ["RAY_AUTH_MODE"] = "disabled"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

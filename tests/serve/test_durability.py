@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -27,6 +26,7 @@ from typing import Any
 import httpx
 import pytest
 
+from ragindex.lexical.es_server import free_port
 from ragindex.router.auth import create_token
 
 pytestmark = [pytest.mark.serve, pytest.mark.slow]
@@ -36,12 +36,6 @@ MIN_ACKED = 5 * BATCH
 READY_TIMEOUT_S = 360.0  # Ray + dashboard + two MiniLM replicas on a loaded 2-core box
 CATCH_UP_S = 180.0
 RAGINDEX = Path(sys.executable).with_name("ragindex")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def session_pids(sid: int) -> list[int]:
@@ -75,11 +69,11 @@ def wait_session_gone(sid: int, timeout_s: float = 60.0) -> None:
 
 class Server:
     def __init__(self, data_dir: Path, log: Path) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
         env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-        env["RAGINDEX_DASHBOARD_PORT"] = str(_free_port())  # never clash with another Ray
+        env["RAGINDEX_DASHBOARD_PORT"] = str(free_port())  # never clash with another Ray
         with log.open("ab") as out:
             self.proc = subprocess.Popen(
                 [str(RAGINDEX), "serve", "--data-dir", str(data_dir), "--port", str(self.port)],
