@@ -42,12 +42,12 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from ragindex.app.embedded import ingest_through_log
-    from ragindex.app.engine import load_spec
+    from ragindex.app.generations import serving_spec
     from ragindex.app.loading import documents_from_paths
     from ragindex.models.embedder import load_embedder
 
     documents = documents_from_paths(args.paths, source=args.source)
-    spec = load_spec(args.spec)
+    spec = serving_spec(_data_dir(args), args.spec)
     with tqdm(total=len(documents), unit="doc", desc="ingest", file=sys.stderr) as bar:
         ingest_through_log(
             _data_dir(args),
@@ -64,15 +64,15 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 def cmd_search(args: argparse.Namespace) -> int:
     from ragindex.app.embedded import CLI_REPLICA
-    from ragindex.app.engine import load_spec
+    from ragindex.app.generations import serving_spec
     from ragindex.app.serve.data_plane import DEFAULT_NAMESPACE, replica_dir
     from ragindex.app.serve.query_side import LocalQuerySide
     from ragindex.app.serve_cli import APP_NAME
 
     data_dir = _data_dir(args)
-    spec = load_spec(args.spec)
+    spec = serving_spec(data_dir, args.spec)
     side = LocalQuerySide(
-        spec, data_dir, APP_NAME, DEFAULT_NAMESPACE, replica_dir(data_dir, CLI_REPLICA, 0)
+        spec, data_dir, APP_NAME, DEFAULT_NAMESPACE, replica_dir(data_dir, spec, CLI_REPLICA, 0)
     )
     try:
         side.load_models()
@@ -120,6 +120,38 @@ def print_hits(result: SearchResult) -> None:
         print(f"warning: {warning}")
 
 
+def cmd_reindex(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from ragindex.app.engine import load_spec
+    from ragindex.app.reindex import Reindex, rollback
+
+    data_dir = _data_dir(args)
+    if args.rollback:
+        report = rollback(data_dir)
+        print(f"rolled back: generation {report.generation} serves (was {report.previous})")
+        return 0
+    if args.spec is None:
+        raise RagIndexError("reindex needs --spec NEW (or --rollback)")
+    reindex = Reindex(data_dir, load_spec(args.spec))
+    try:
+        with tqdm(unit="doc", desc=f"backfill {reindex.generation}", file=sys.stderr) as bar:
+
+            def progress(consumed: int, total: int) -> None:
+                bar.total = total
+                bar.update(consumed - bar.n)
+
+            report = reindex.run(progress)
+    finally:
+        reindex.close()
+    counts = ", ".join(f"{t}: {n}" for t, n in sorted(report.documents.items()))
+    print(
+        f"generation {report.generation} serves (was {report.previous}); documents {counts};"
+        f" self-check {report.self_check_sampled} titles; {report.seconds:.1f} s"
+    )
+    return 0
+
+
 def cmd_render(args: argparse.Namespace) -> int:
     from ragindex.app.engine import load_spec
     from ragindex.serve_config import render_serve_config, to_yaml
@@ -164,6 +196,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--source", default=None, help="source name (default: the folder's name)")
     p.add_argument("--batch", type=int, default=64, help="documents per batch")
     p.set_defaults(run=cmd_ingest)
+
+    p = sub.add_parser(
+        "reindex",
+        help="build a new index generation from the log (new embedder, shards, HNSW build"
+        " or chunking) and switch to it when complete",
+    )
+    p.add_argument("--data-dir", type=Path, help="index data directory")
+    p.add_argument("--spec", type=Path, help="the new spec (YAML)")
+    p.add_argument("--rollback", action="store_true", help="switch back to the retained generation")
+    p.set_defaults(run=cmd_reindex)
 
     p = sub.add_parser("search", help="search a local index in-process")
     common(p)
@@ -226,6 +268,11 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--port", type=int, default=8011)
     b.add_argument("--check", action="store_true", help=CHECK_HELP)
     b.set_defaults(run=_lazy("ragindex.app.serve_cli", "bench_serve_command"))
+    b = bench.add_parser("backfill", help="generation backfill documents/s vs the raw embedder")
+    b.add_argument("--docs", type=int, default=500, help="Cranfield documents to replay")
+    b.add_argument("--spec", type=Path, help="RagIndex spec YAML (the embedder, chunking)")
+    b.add_argument("--json", type=Path)
+    b.set_defaults(run=_lazy("ragindex.app.bench_backfill", "bench_backfill_command"))
     b = bench.add_parser("bm25", help="BM25 on Elasticsearch vs the embedded backend")
     b.add_argument("--json", type=Path)
     b.add_argument("--synthetic", type=int, default=0, help="extra synthetic documents")

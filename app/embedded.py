@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from ragindex.app.generations import ensure_record
 from ragindex.app.serve.data_plane import DEFAULT_NAMESPACE, ensure_topics, open_log, plane_topics
 from ragindex.app.serve_cli import APP_NAME  # the served app's name names its topics
 from ragindex.config import RagIndexSpec
@@ -42,6 +43,7 @@ def ingest_through_log(
     log = open_log(data_dir)
     try:
         ensure_topics(log, topics)
+        ensure_record(data_dir, spec)
         worker = IngestWorker(log, topics, embedder, spec.chunking, range(topics.docs_partitions))
         for start in range(0, len(docs), batch):
             part = docs[start : start + batch]

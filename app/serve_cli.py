@@ -76,9 +76,11 @@ def app_args(data_dir: Path, spec_json: dict[str, Any]) -> dict[str, Any]:
 
 
 def _load_spec(args: argparse.Namespace) -> Any:
-    from ragindex.app.engine import load_spec
+    from ragindex.app.generations import ensure_record, serving_spec
 
-    return load_spec(getattr(args, "spec", None))
+    spec = serving_spec(Path(args.data_dir), getattr(args, "spec", None))
+    ensure_record(Path(args.data_dir), spec)
+    return spec
 
 
 class Shutdown(BaseException):

@@ -52,6 +52,7 @@ class DataPlaneTopics:
     chunks: str
     docs_partitions: int
     shards: int
+    group: str = INGEST_GROUP  # the generation's ingest consumer group on `docs`
 
 
 def owned_partitions(rank: int, workers: int, partitions: int) -> list[int]:
@@ -119,14 +120,14 @@ class IngestWorker:
         embedder: Embedder,
         chunking: ChunkingSpec,
         partitions: Sequence[int],
-        group: str = INGEST_GROUP,
+        group: str | None = None,
     ) -> None:
         self.log = log_
         self.topics = topics
         self.embedder = embedder
         self.chunking = chunking
         self.partitions = list(partitions)
-        self.group = group
+        self.group = group or topics.group
         self.manifest, self.versions = rebuild_manifest(log_, topics, self.partitions)
 
     def lag(self) -> int:

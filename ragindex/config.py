@@ -22,14 +22,25 @@ class _Spec(BaseModel):
 
 class EmbedderSpec(_Spec):
     backend: Literal["sentence-transformers", "flagembedding"] = Field(
-        "sentence-transformers", description="Library that loads and runs the embedding model."
+        "sentence-transformers",
+        description="Library that loads and runs the embedding model."
+        " Changing it starts a new index generation (rebuilt by replaying the log).",
     )
     model: str = Field(
         "all-MiniLM-L6-v2",
-        description="Model name, or a local path. 'all-MiniLM-L6-v2' loads the packaged weights.",
+        description="Model name, or a local path. 'all-MiniLM-L6-v2' loads the packaged weights."
+        " Changing it starts a new index generation (rebuilt by replaying the log).",
     )
-    query_prefix: str = Field("", description="Text prepended to queries (e.g. 'query: ').")
-    passage_prefix: str = Field("", description="Text prepended to passages.")
+    query_prefix: str = Field(
+        "",
+        description="Text prepended to queries (e.g. 'query: ')."
+        " Changing it starts a new index generation (rebuilt by replaying the log).",
+    )
+    passage_prefix: str = Field(
+        "",
+        description="Text prepended to passages."
+        " Changing it starts a new index generation (rebuilt by replaying the log).",
+    )
     batch_size: int = Field(16, ge=1, le=1024, description="Passages per embedding batch.")
     replicas: int = Field(1, ge=1, description="Embedder replicas when autoscaling is off.")
     gpus: float = Field(0, ge=0, description="GPUs per embedder replica (0 runs on CPU).")
@@ -53,13 +64,33 @@ class RerankerSpec(_Spec):
 
 
 class HnswSpec(_Spec):
-    m: int = Field(32, ge=4, le=256, description="HNSW graph degree (M).")
-    ef_construction: int = Field(200, ge=8, le=4096, description="HNSW efConstruction.")
-    ef_search: int = Field(128, ge=1, le=4096, description="HNSW efSearch at query time.")
+    m: int = Field(
+        32,
+        ge=4,
+        le=256,
+        description="HNSW graph degree (M)."
+        " Changing it starts a new index generation (rebuilt by replaying the log).",
+    )
+    ef_construction: int = Field(
+        200,
+        ge=8,
+        le=4096,
+        description="HNSW efConstruction."
+        " Changing it starts a new index generation (rebuilt by replaying the log).",
+    )
+    ef_search: int = Field(
+        128, ge=1, le=4096, description="HNSW efSearch at query time. Changes in place."
+    )
 
 
 class DenseSpec(_Spec):
-    shards: int = Field(2, ge=1, le=256, description="Dense shards; chunks spread by stable hash.")
+    shards: int = Field(
+        2,
+        ge=1,
+        le=256,
+        description="Dense shards; chunks spread by stable hash."
+        " Changing it starts a new index generation (rebuilt by replaying the log).",
+    )
     replicas: int = Field(1, ge=1, le=64, description="Replicas of each shard.")
     hnsw: HnswSpec = Field(default_factory=HnswSpec, description="HNSW parameters.")
     exact_threshold: int = Field(
@@ -174,13 +205,23 @@ class FeedbackSpec(_Spec):
 
 class ChunkingSpec(_Spec):
     strategy: Literal["structure", "window", "parent-child"] = Field(
-        "structure", description="How documents are cut into chunks."
+        "structure",
+        description="How documents are cut into chunks."
+        " Changing it starts a new index generation (rebuilt by replaying the log).",
     )
     max_tokens: int = Field(
-        200, ge=16, le=8192, description="Chunk size in the embedder's own tokens."
+        200,
+        ge=16,
+        le=8192,
+        description="Chunk size in the embedder's own tokens."
+        " Changing it starts a new index generation (rebuilt by replaying the log).",
     )
     overlap: float = Field(
-        0.125, ge=0, le=0.5, description="Window overlap as a share of max_tokens."
+        0.125,
+        ge=0,
+        le=0.5,
+        description="Window overlap as a share of max_tokens."
+        " Changing it starts a new index generation (rebuilt by replaying the log).",
     )
 
 
@@ -329,6 +370,25 @@ class LimitsSpec(_Spec):
     )
 
 
+class GenerationsSpec(_Spec):
+    """How a new index generation is promoted and how long the old one is kept."""
+
+    rollback_window_hours: float = Field(
+        24,
+        ge=0,
+        le=8760,
+        description="How long the previous generation is retained after a promotion; within"
+        " it, a rollback switches back to it without a rebuild.",
+    )
+    self_check_sample: int = Field(
+        20,
+        ge=0,
+        le=10_000,
+        description="Documents per promotion whose own title must retrieve them in the top 10"
+        " of the new generation's dense leg (0 skips the self-check).",
+    )
+
+
 class RagIndexSpec(_Spec):
     """The RagIndex spec: everything needed to render and run one index."""
 
@@ -350,6 +410,13 @@ class RagIndexSpec(_Spec):
     )
     log: LogSpec = Field(
         default_factory=LogSpec, description="The log every index is a view of (file or Kafka)."
+    )
+    generations: GenerationsSpec = Field(
+        default_factory=GenerationsSpec,
+        description="Promotion and rollback of index generations. A generation is the embedder"
+        " identity, the dense layout (shards, HNSW m and efConstruction) and the chunking:"
+        " changing any of them builds a new generation by replaying the log and switches to it"
+        " when complete; every other field changes in place.",
     )
     freshness_s: float = Field(
         2.0, gt=0, le=300, description="Bound on upsert-to-searchable on every replica."

@@ -10,11 +10,7 @@ generation for what a generation owns (DESIGN.md §2):
 
 from __future__ import annotations
 
-import json
 import zlib
-
-from ragindex.config import RagIndexSpec
-from ragindex.hashing import content_hash
 
 PREFIX = "ragindex"
 
@@ -34,13 +30,3 @@ def manifest_topic(namespace: str, name: str, generation: str) -> str:
 def partition_for_key(key: bytes, partitions: int) -> int:
     """Stable placement of a key (crc32, identical across processes, runs and log backends)."""
     return zlib.crc32(key) % partitions
-
-
-def index_generation(spec: RagIndexSpec) -> str:
-    """8 hex characters naming the embedder identity; equal identity, equal generation.
-
-    Names the generation's topics (`chunks.<generation>`); the operator names its RayService
-    and KafkaTopics with the same value.
-    """
-    e = spec.embedder
-    return content_hash(json.dumps([e.backend, e.model, e.query_prefix, e.passage_prefix]))[:8]

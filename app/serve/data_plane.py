@@ -4,7 +4,7 @@
   file log in the data directory (the embedded runtime; one machine, one writer process: the
   Ingest replica, which is why documents are appended through it in every runtime).
 - Topics: `docs` and `chunks.<generation>` of this index (ragindex.topics), created if absent.
-- Replica storage: `<node root>/replicas/<deployment>-<rank>/`, a directory per replica on its
+- Replica storage: `<node root>/replicas/<generation>/<deployment>-<rank>/`, one per replica on its
   own node. The node root is NODE_ROOT_ENV where a node sets it (a node-local volume; each node
   of a multi-node test has its own), else the data directory. Nothing in it is shared: another
   node's replica builds its own from the log.
@@ -16,10 +16,11 @@ import os
 from pathlib import Path
 
 from ragindex.config import RagIndexSpec
+from ragindex.generations import index_generation, ingest_group
 from ragindex.ingest.worker import DataPlaneTopics
 from ragindex.protocols import Log
 from ragindex.serve_config import KAFKA_BOOTSTRAP_ENV, KAFKA_PASSWORD_ENV, KAFKA_USERNAME_ENV
-from ragindex.topics import chunks_topic, docs_topic, index_generation
+from ragindex.topics import chunks_topic, docs_topic
 
 DEFAULT_NAMESPACE = "default"
 NODE_ROOT_ENV = "RAGINDEX_NODE_ROOT"
@@ -32,11 +33,13 @@ def docs_partitions(spec: RagIndexSpec) -> int:
 
 
 def plane_topics(spec: RagIndexSpec, name: str, namespace: str) -> DataPlaneTopics:
+    generation = index_generation(spec)
     return DataPlaneTopics(
         docs=docs_topic(namespace, name),
-        chunks=chunks_topic(namespace, name, index_generation(spec)),
+        chunks=chunks_topic(namespace, name, generation),
         docs_partitions=docs_partitions(spec),
         shards=spec.dense.shards,
+        group=ingest_group(generation),
     )
 
 
@@ -58,10 +61,11 @@ def ensure_topics(log_: Log, topics: DataPlaneTopics) -> None:
     log_.ensure_topic(topics.chunks, topics.shards, compacted=True)
 
 
-def replica_dir(data_dir: Path, deployment: str, rank: int) -> Path:
-    """This replica's node-local storage (snapshots, its BM25 index, its view offsets)."""
+def replica_dir(data_dir: Path, spec: RagIndexSpec, deployment: str, rank: int) -> Path:
+    """This replica's node-local storage (snapshots, its BM25 index, its view offsets) for the
+    spec's generation: two generations on one node never share a view."""
     root = Path(os.environ.get(NODE_ROOT_ENV) or data_dir)
-    return root / "replicas" / f"{deployment}-{rank}"
+    return root / "replicas" / index_generation(spec) / f"{deployment}-{rank}"
 
 
 def replica_rank() -> int:

@@ -22,7 +22,7 @@ from ragindex.app.serve.threads import ReplicaThread, limit_threads
 from ragindex.config import RagIndexSpec
 from ragindex.errors import BackendUnavailable, InvalidInput
 from ragindex.ingest.pipeline import as_documents
-from ragindex.ingest.worker import INGEST_GROUP, IngestWorker, owned_partitions
+from ragindex.ingest.worker import IngestWorker, owned_partitions
 from ragindex.models.embedder import load_embedder
 from ragindex.protocols import Embedder, Log
 from ragindex.records import doc_key, encode_document
@@ -131,7 +131,7 @@ class Ingest:
     async def processed(self, partition: int) -> int:
         """The next `docs` offset of `partition` the workers have not yet committed."""
         return await self.accepting.run(
-            self.log.committed, INGEST_GROUP, self.topics.docs, partition
+            self.log.committed, self.topics.group, self.topics.docs, partition
         )
 
     async def chunk_ends(self) -> list[int]:

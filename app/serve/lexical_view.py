@@ -38,7 +38,7 @@ class LexicalServer:
     ) -> None:
         self.spec = RagIndexSpec.model_validate(spec)
         self.topics = plane_topics(self.spec, name, namespace)
-        self.directory = replica_dir(Path(data_dir), LEXICAL, replica_rank())
+        self.directory = replica_dir(Path(data_dir), self.spec, LEXICAL, replica_rank())
         self.log = open_log(Path(data_dir))
         self.identity, _ = await embedder.describe.remote()
         self.thread = ReplicaThread("lexical")

@@ -67,7 +67,7 @@ class Router:
         self.answers = ReplicaThread("router-answer", ANSWER_THREADS)
         self.side: QuerySide
         if runtime == "local":
-            directory = replica_dir(self.data_dir, ROUTER, replica_rank())
+            directory = replica_dir(self.data_dir, self.spec, ROUTER, replica_rank())
             self.side = LocalQuerySide(self.spec, self.data_dir, name, namespace, directory)
         else:
             assert embedder is not None and shards is not None and lexical is not None

@@ -41,7 +41,8 @@ class ShardServer:
         self.topics = plane_topics(self.spec, name, namespace)
         self.shard = shard
         self.directory = (
-            replica_dir(Path(data_dir), shard_deployment_name(shard), replica_rank()) / "shard"
+            replica_dir(Path(data_dir), self.spec, shard_deployment_name(shard), replica_rank())
+            / "shard"
         )
         self.log = open_log(Path(data_dir))
         self.identity, _ = await embedder.describe.remote()

@@ -21,11 +21,11 @@ from lightkube import Client, codecs
 from lightkube.core.exceptions import ApiError
 
 from ragindex.config import RagIndexSpec
+from ragindex.generations import index_generation
 from ragindex.lexical.es_server import free_port
 from ragindex.operator.apply import RagIndex
 from ragindex.operator.handlers import OperatorOptions, register
 from ragindex.operator.local_runtime import app_name
-from ragindex.operator.render import index_generation
 
 pytestmark = [pytest.mark.kubernetes, pytest.mark.serve, pytest.mark.slow]
 
