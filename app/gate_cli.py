@@ -36,6 +36,7 @@ from ragindex.evals import bench_suite as bs
 from ragindex.evals.collections import Collection
 from ragindex.evals.gate import Tolerances, check_measurement, compare, gate_table
 from ragindex.evals.runner import DEFAULT_TENANT
+from ragindex.lexical.documents import BODY_FIELD, TITLE_FIELD
 from ragindex.measure import markdown_table
 from ragindex.shards.replica import ShardReplica
 from ragindex.shards.sharded import shard_dir
@@ -136,8 +137,9 @@ def stage_floors(engine: LocalEngine, vectors: Any) -> dict[str, bs.StageFloor]:
 
     def lexical(query: str, _v: Any, _r: Any) -> list[str]:
         terms = [
-            (tantivy.Occur.Should, tantivy.Query.term_query(schema, "text", t))
+            (tantivy.Occur.Should, tantivy.Query.term_query(schema, field, t))
             for t in re.findall(r"[a-z0-9]+", query.lower())
+            for field in (TITLE_FIELD, BODY_FIELD)
         ]
         full = tantivy.Query.boolean_query(
             [
