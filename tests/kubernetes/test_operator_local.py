@@ -138,7 +138,7 @@ def test_local_runtime_serves_searches_and_cleans_up(
                 "title": "Wings",
                 "text": "The boundary layer over a swept wing thickens toward the tip.",
             }
-            assert http.post("v1/documents", json={"documents": [doc]}).status_code == 200
+            assert http.post("v1/documents", json={"documents": [doc]}).status_code == 202
             hits: list[dict[str, Any]] = []
             until = time.monotonic() + 30
             while not hits and time.monotonic() < until:
