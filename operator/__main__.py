@@ -54,6 +54,15 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[OperatorOptions, argp
     p.add_argument("--ray-version", default=RenderOptions.ray_version)
     p.add_argument("--elasticsearch-version", default=RenderOptions.elasticsearch_version)
     p.add_argument("--storage-class", default=None)
+    p.add_argument("--head-cpus", type=int, default=RenderOptions.head_cpus)
+    p.add_argument("--head-memory", default=RenderOptions.head_memory)
+    p.add_argument("--cpu-worker-cpus", type=int, default=RenderOptions.cpu_worker_cpus)
+    p.add_argument("--cpu-worker-memory", default=RenderOptions.cpu_worker_memory)
+    p.add_argument(
+        "--ray-cpu-request",
+        default=None,
+        help="CPU request of every Ray pod (default: its CPU count); overcommits small nodes",
+    )
     p.add_argument("--ray-dashboard", default="http://127.0.0.1:8265")
     p.add_argument("--serve-host", default="127.0.0.1")
     p.add_argument("--serve-port", type=int, default=8000)
@@ -69,6 +78,11 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[OperatorOptions, argp
         ray_version=args.ray_version,
         elasticsearch_version=args.elasticsearch_version,
         storage_class=args.storage_class,
+        head_cpus=args.head_cpus,
+        head_memory=args.head_memory,
+        cpu_worker_cpus=args.cpu_worker_cpus,
+        cpu_worker_memory=args.cpu_worker_memory,
+        ray_cpu_request=args.ray_cpu_request,
     )
     extra = {"local_data_root": args.local_data_root} if args.local_data_root else {}
     options = OperatorOptions(

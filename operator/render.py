@@ -61,11 +61,16 @@ class RenderOptions:
     image: str = "ragindex/ragindex:0.1.0"
     ray_version: str = "2.60.0"
     elasticsearch_version: str = "9.3.0"
+    head_cpus: int = 2
+    head_memory: str = "4Gi"
     cpu_worker_cpus: int = 4
     cpu_worker_memory: str = "8Gi"
     gpu_worker_cpus: int = 4
     gpu_worker_memory: str = "16Gi"
     storage_class: str | None = None
+    # The CPU request of every Ray pod, when not its CPU count (which stays the limit, so Ray
+    # still sees that many CPUs): overcommits small dev/test nodes that cannot fit the counts.
+    ray_cpu_request: str | None = None
 
 
 @dataclass(frozen=True)
@@ -213,10 +218,11 @@ def _container(
     limits: dict[str, Any] = {"cpu": str(cpus), "memory": memory}
     if gpus:
         limits["nvidia.com/gpu"] = str(gpus)
+    requests = {"cpu": options.ray_cpu_request or str(cpus), "memory": memory}
     return {
         "name": name,
         "image": options.image,
-        "resources": {"requests": {"cpu": str(cpus), "memory": memory}, "limits": limits},
+        "resources": {"requests": requests, "limits": limits},
         "env": env,
         "volumeMounts": mounts,
     }
@@ -290,7 +296,7 @@ def render_ray_service(
             "spec": {"containers": [container], "volumes": volumes},
         }
 
-    head = _container("ray-head", options, 2, "4Gi", env, mounts)
+    head = _container("ray-head", options, options.head_cpus, options.head_memory, env, mounts)
     head["ports"] = [
         {"name": "gcs", "containerPort": 6379},
         {"name": "dashboard", "containerPort": 8265},

@@ -252,5 +252,10 @@ def test_cli_flags() -> None:
         2.0,
         True,
     )
+    options, _ = parse_args(
+        ["-A", "--head-cpus", "1", "--cpu-worker-cpus", "8", "--ray-cpu-request", "100m"]
+    )
+    assert (options.render.head_cpus, options.render.cpu_worker_cpus) == (1, 8)
+    assert options.render.ray_cpu_request == "100m"
     with pytest.raises(SystemExit):
         parse_args([])  # a scope is required
