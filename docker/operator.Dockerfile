@@ -28,8 +28,9 @@ COPY router/ router/
 COPY evals/ evals/
 COPY app/ app/
 COPY operator/ operator/
+# Checked from / : in /src the source folder `ragindex/` would shadow the installed package.
 RUN pip install --no-cache-dir --disable-pip-version-check --no-deps . \
-    && python -c "import ragindex.operator.handlers"
+    && cd / && python -c "import ragindex.operator.handlers"
 
 FROM ${BASE_IMAGE}
 COPY --from=build /opt/venv /opt/venv

