@@ -11,7 +11,7 @@ ARG PIP_FIND_LINKS=""
 ARG PIP_NO_INDEX=""
 # KubeRay runs `bash -c 'ray start ...'` (`-lc` with its ENABLE_LOGIN_SHELL=true): a login shell
 # resets PATH from /etc/profile, which then sources profile.d, so the venv goes there too.
-RUN python3 -m venv /opt/venv && chown -R ray:users /opt/venv \
+RUN python3 -m venv /opt/venv && mkdir /home/ray/src && chown -R ray:users /opt/venv /home/ray/src \
     && echo 'export PATH=/opt/venv/bin:$PATH' > /etc/profile.d/ragindex-venv.sh
 ENV PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     RAY_USAGE_STATS_ENABLED=0 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false \

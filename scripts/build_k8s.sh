@@ -128,7 +128,8 @@ helm_build() {
 # CoreDNS with only the plugins a test cluster's Corefile uses (the full build pulls every cloud
 # SDK): a main that imports them instead of core/plugin's generated list of all plugins.
 coredns_build() {
-  if [[ -x "$BIN/coredns" ]]; then log "coredns exists, skipped"; return; fi
+  # The plugin set is part of the name: a changed list builds a new binary.
+  if [[ -x "$BIN/coredns" && -f "$ROOT/src/coredns/.plugins-2" ]]; then log "coredns exists, skipped"; return; fi
   local dir="$ROOT/src/coredns"
   rm -rf "$dir" && mkdir -p "$dir" && cd "$dir"
   go mod init ragindex.local/corednsbuild >/dev/null 2>&1
@@ -138,6 +139,7 @@ package main
 import (
 	_ "github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/coremain"
+	_ "github.com/coredns/coredns/plugin/bind"
 	_ "github.com/coredns/coredns/plugin/cache"
 	_ "github.com/coredns/coredns/plugin/errors"
 	_ "github.com/coredns/coredns/plugin/forward"
@@ -152,6 +154,7 @@ GO
   go get "github.com/coredns/coredns@$COREDNS_VERSION"
   timed coredns go build -ldflags "-s -w" -o "$BIN/coredns.tmp" .
   mv "$BIN/coredns.tmp" "$BIN/coredns"
+  touch .plugins-2
 }
 
 # KubeRay's operator. The Go module proxy answers 403 ("This module version is not available")

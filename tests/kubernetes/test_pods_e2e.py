@@ -34,7 +34,7 @@ NAMESPACE = "e2e"
 # spec, all on one worker) while the pods request a fraction of a core.
 OPERATOR_ARGS = [
     "--head-cpus=1",
-    "--head-memory=3Gi",
+    "--head-memory=4Gi",
     "--cpu-worker-cpus=8",
     "--cpu-worker-memory=6Gi",
     "--ray-cpu-request=100m",
