@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import socket
 import sys
 from collections.abc import Sequence
 
@@ -17,6 +18,13 @@ import kopf
 
 from ragindex.operator.handlers import OperatorOptions, register
 from ragindex.operator.render import RenderOptions
+
+
+def operator_identity() -> str:
+    """Who this replica is in kopf peering: host (the pod name) and pid. kopf's own default asks
+    the passwd database for the user, which a container running as an arbitrary uid (the chart's
+    65532, OpenShift's random ones) does not have: the operator crashed at start on real pods."""
+    return f"ragindex-operator@{socket.gethostname()}/{os.getpid()}"
 
 
 def run(
@@ -41,6 +49,7 @@ def run(
         standalone=peering is None,
         peering_name=peering or "default",
         liveness_endpoint=liveness_endpoint,
+        identity=operator_identity(),
     )
 
 

@@ -338,10 +338,11 @@ def stop_control_plane(cluster: KubeCluster) -> None:
             _stop(cluster.processes[name])
 
 
-def install_crds(cluster: KubeCluster) -> None:
+def install_crds(cluster: KubeCluster, *, ours: bool = True) -> None:
     """Install the vendored third-party CRDs and ours server-side (they are too big for
-    client-side apply's annotation), then wait until they are established."""
-    files = [*sorted(THIRD_PARTY_CRDS.glob("*.yaml")), RAGINDEX_CRD]
+    client-side apply's annotation), then wait until they are established. `ours=False` leaves
+    the RagIndex CRD to the chart."""
+    files = [*sorted(THIRD_PARTY_CRDS.glob("*.yaml")), *([RAGINDEX_CRD] if ours else [])]
     args = [a for f in files for a in ("-f", str(f))]
     cluster.kubectl("apply", "--server-side", "--field-manager=ragindex-tests", *args)
     cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", *args, timeout=90)
@@ -684,7 +685,7 @@ def start_node(workdir: Path) -> KubeCluster:
             NODE_READY_TIMEOUT_S,
             cluster,
         )
-        install_crds(cluster)
+        install_crds(cluster, ours=False)  # the chart installs ours
         cluster.kubectl("apply", "--server-side", "-f", str(KUBERAY_MANIFEST))
         cluster.kubectl(
             "-n",

@@ -259,3 +259,17 @@ def test_cli_flags() -> None:
     assert options.render.ray_cpu_request == "100m"
     with pytest.raises(SystemExit):
         parse_args([])  # a scope is required
+
+
+def test_identity_needs_no_passwd_entry(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Found on a real pod: uid 65532 has no passwd entry, and kopf's default identity
+    # (getpass.getuser) raised KeyError before the operator started.
+    import getpass
+
+    from ragindex.operator.__main__ import operator_identity
+
+    def no_user() -> str:
+        raise KeyError("getpwuid(): uid not found: 65532")
+
+    monkeypatch.setattr(getpass, "getuser", no_user)
+    assert operator_identity().startswith("ragindex-operator@")
