@@ -13,6 +13,7 @@ import os
 import socket
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import kopf
 
@@ -25,6 +26,16 @@ def operator_identity() -> str:
     the passwd database for the user, which a container running as an arbitrary uid (the chart's
     65532, OpenShift's random ones) does not have: the operator crashed at start on real pods."""
     return f"ragindex-operator@{socket.gethostname()}/{os.getpid()}"
+
+
+def peering_args(peering: str | None) -> dict[str, Any]:
+    """kopf.run's peering arguments. Standalone means no peering name at all: kopf makes a named
+    peering mandatory and pauses every watch until its CRD exists, so on a cluster without
+    kopf's peering CRDs (the chart adds them only for replicaCount > 1) the operator never
+    reconciled anything on real pods."""
+    if peering is None:
+        return {"standalone": True, "peering_name": None}
+    return {"standalone": False, "peering_name": peering}
 
 
 def run(
@@ -46,8 +57,7 @@ def run(
         registry=register(options),
         clusterwide=clusterwide,
         namespaces=list(namespaces),
-        standalone=peering is None,
-        peering_name=peering or "default",
+        **peering_args(peering),
         liveness_endpoint=liveness_endpoint,
         identity=operator_identity(),
     )

@@ -10,7 +10,7 @@
 # containerd (`ctr images import`), and rebuilt only when its inputs' hash changes.
 # Needs root, debootstrap and docker.io (apt-get installs them when missing). A private dockerd on
 # its own socket is started when none answers there, and stopped again at the end.
-# Usage: scripts/build_images.sh [--print-dir]
+# Usage: scripts/build_images.sh [--print-dir] [base|operator|ray|kuberay ...]  (default: all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO="$PWD"
@@ -20,7 +20,13 @@ KUBERAY_VERSION="${KUBERAY_VERSION:-v1.7.0}"
 DEBIAN_SUITE=bookworm
 DEBIAN_MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 if [[ "${1:-}" == "--print-dir" ]]; then echo "$OUT"; exit 0; fi
-[[ $# -eq 0 ]] || { echo "build_images.sh: unknown argument '$1' (use --print-dir)" >&2; exit 2; }
+WANTED=("${@:-base operator ray kuberay}")
+WANTED=(${WANTED[*]})
+for w in "${WANTED[@]}"; do
+  [[ " base operator ray kuberay " == *" $w "* ]] \
+    || { echo "build_images.sh: unknown image '$w' (base, operator, ray, kuberay, --print-dir)" >&2; exit 2; }
+done
+wanted() { [[ " ${WANTED[*]} " == *" $1 "* ]]; }
 [[ "$(id -u)" == 0 ]] || { echo "build_images.sh: needs root (debootstrap, dockerd)" >&2; exit 2; }
 
 log() { echo "[build_images $(date +%H:%M:%S)] $*"; }
@@ -117,9 +123,24 @@ wheelhouse() {
   echo "$key" >"$dir/.key"
 }
 
+# The wheelhouse's URL is a build arg, and build args are part of docker's layer-cache key: a
+# port that changed every run would reinstall every wheel. So the port is derived from the cache
+# path (stable per machine), and a free one is taken only when that one is busy.
 serve_wheelhouse() {
   local port
-  port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+  port="$(python3 - "$OUT" <<'PY'
+import socket, sys, zlib
+preferred = 20000 + zlib.crc32(sys.argv[1].encode()) % 20000
+for port in (preferred, 0):
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        print(s.getsockname()[1])
+        break
+PY
+)"
   python3 -m http.server --bind 127.0.0.1 --directory "$OUT/wheelhouse" "$port" >/dev/null 2>&1 &
   wheel_server=$!
   for _ in $(seq 50); do curl -fs "http://127.0.0.1:$port/" >/dev/null && break; sleep 0.1; done
@@ -154,10 +175,12 @@ kuberay_image() {
   save "$image" "$key"
 }
 
-timed "base image" base_image
-timed "wheelhouse" wheelhouse
-serve_wheelhouse
-timed "operator image" dockerfile_image ragindex/operator:dev docker/operator.Dockerfile
-timed "ray image" dockerfile_image ragindex/ray:dev docker/ray.Dockerfile
-timed "kuberay image" kuberay_image
+timed "base image" base_image  # every other image builds on it
+if wanted operator || wanted ray; then
+  timed "wheelhouse" wheelhouse
+  serve_wheelhouse
+fi
+if wanted operator; then timed "operator image" dockerfile_image ragindex/operator:dev docker/operator.Dockerfile; fi
+if wanted ray; then timed "ray image" dockerfile_image ragindex/ray:dev docker/ray.Dockerfile; fi
+if wanted kuberay; then timed "kuberay image" kuberay_image; fi
 ls -l "$OUT"/*.tar

@@ -686,6 +686,13 @@ def start_node(workdir: Path) -> KubeCluster:
             cluster,
         )
         install_crds(cluster, ours=False)  # the chart installs ours
+        # KubeRay's operator also watches the kinds we do not vendor (RayJob, RayCronJob) and
+        # exits when their CRDs are missing: those come from its own source.
+        vendored = {p.name for p in THIRD_PARTY_CRDS.glob("*.yaml")}
+        kuberay_src = sorted(bins.parent.glob("src/kuberay-*/config/crd/bases"))[-1]
+        extra = [p for p in sorted(kuberay_src.glob("ray.io_*.yaml")) if p.name not in vendored]
+        args = [a for p in extra for a in ("-f", str(p))]
+        cluster.kubectl("apply", "--server-side", "--field-manager=ragindex-tests", *args)
         cluster.kubectl("apply", "--server-side", "-f", str(KUBERAY_MANIFEST))
         cluster.kubectl(
             "-n",

@@ -273,3 +273,12 @@ def test_identity_needs_no_passwd_entry(monkeypatch: pytest.MonkeyPatch) -> None
 
     monkeypatch.setattr(getpass, "getuser", no_user)
     assert operator_identity().startswith("ragindex-operator@")
+
+
+def test_standalone_names_no_peering() -> None:
+    # Found on real pods: with a peering name kopf treats peering as mandatory and pauses every
+    # watch ("peering CRD is missing") even when standalone, so nothing was ever reconciled.
+    from ragindex.operator.__main__ import peering_args
+
+    assert peering_args(None) == {"standalone": True, "peering_name": None}
+    assert peering_args("ragindex") == {"standalone": False, "peering_name": "ragindex"}
