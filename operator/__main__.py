@@ -72,7 +72,13 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[OperatorOptions, argp
     p.add_argument("--image", default=RenderOptions.image, help="Ray image with ragindex")
     p.add_argument("--ray-version", default=RenderOptions.ray_version)
     p.add_argument("--elasticsearch-version", default=RenderOptions.elasticsearch_version)
-    p.add_argument("--storage-class", default=None)
+    p.add_argument("--storage-class", default=None, help="managed Kafka nodes' claims")
+    p.add_argument(
+        "--kuberay-namespace",
+        default=None,
+        help="namespace of KubeRay's operator (the one admitted to the Ray dashboard port);"
+        " unset: its pods in any namespace",
+    )
     p.add_argument("--head-cpus", type=int, default=RenderOptions.head_cpus)
     p.add_argument("--head-memory", default=RenderOptions.head_memory)
     p.add_argument("--cpu-worker-cpus", type=int, default=RenderOptions.cpu_worker_cpus)
@@ -97,6 +103,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[OperatorOptions, argp
         ray_version=args.ray_version,
         elasticsearch_version=args.elasticsearch_version,
         storage_class=args.storage_class,
+        kuberay_namespace=args.kuberay_namespace,
         head_cpus=args.head_cpus,
         head_memory=args.head_memory,
         cpu_worker_cpus=args.cpu_worker_cpus,

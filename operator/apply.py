@@ -2,9 +2,11 @@
 
 Server-side apply with one field manager and force=True means the operator owns exactly the
 fields it renders and a human's `kubectl edit` of them is reverted on the next reconcile, while
-fields others own (KubeRay's status, ECK's defaults) are left alone. Pruning lists only the
-kinds the operator manages, selected by the index label, and deletes what `render` no longer
-wants (`objects_to_prune` decides; this module only does the I/O).
+fields others own (KubeRay's status, ECK's defaults) are left alone. Force would also adopt an
+object of the same name that someone else made, so `name_conflicts` reads every desired
+object's live twin first and the caller applies nothing while one is foreign. Pruning lists only
+the kinds the operator manages, selected by the index label and owned by this RagIndex, and
+deletes what `render` no longer wants (`objects_to_prune` decides; this module only does I/O).
 """
 
 from __future__ import annotations
@@ -16,16 +18,22 @@ from lightkube import AsyncClient, codecs
 from lightkube.core.exceptions import ApiError
 from lightkube.core.resource import NamespacedResource
 from lightkube.generic_resource import create_namespaced_resource
-from lightkube.resources.core_v1 import ConfigMap, PersistentVolumeClaim, Service
+from lightkube.resources.core_v1 import ConfigMap, PersistentVolumeClaim, Secret, Service
+from lightkube.resources.networking_v1 import NetworkPolicy
 
 from ragindex.operator.crd import GROUP, KIND, PLURAL, VERSION
+from ragindex.operator.ownership import foreign_object, owned_by, secret_refusal
 from ragindex.operator.render import (
     CONFIG_MAP,
     ELASTICSEARCH,
     FIELD_MANAGER,
+    KAFKA,
+    KAFKA_NODE_POOL,
+    KAFKA_TOPIC,
     LABEL_INDEX,
     LABEL_MANAGED_BY,
     MANAGED_KINDS,
+    NETWORK_POLICY,
     PVC,
     RAY_SERVICE,
     SERVICE,
@@ -39,47 +47,84 @@ Elasticsearch = create_namespaced_resource(
     "elasticsearch.k8s.elastic.co", "v1", "Elasticsearch", "elasticsearches"
 )
 RagIndex = create_namespaced_resource(GROUP, VERSION, KIND, PLURAL)
+Kafka = create_namespaced_resource("kafka.strimzi.io", "v1", "Kafka", "kafkas")
+KafkaNodePool = create_namespaced_resource(
+    "kafka.strimzi.io", "v1", "KafkaNodePool", "kafkanodepools"
+)
+KafkaTopic = create_namespaced_resource("kafka.strimzi.io", "v1", "KafkaTopic", "kafkatopics")
 
 RESOURCES: dict[tuple[str, str], type[NamespacedResource]] = {
     CONFIG_MAP: ConfigMap,
     SERVICE: Service,
     PVC: PersistentVolumeClaim,
+    NETWORK_POLICY: NetworkPolicy,
     RAY_SERVICE: RayService,
     ELASTICSEARCH: Elasticsearch,
+    KAFKA: Kafka,
+    KAFKA_NODE_POOL: KafkaNodePool,
+    KAFKA_TOPIC: KafkaTopic,
 }
 
 
-# A claim's size cannot shrink and grows only on expandable storage classes, so a claim is
-# created once per generation and then left alone (a shard-count change keeps its volume).
-CREATE_ONLY = frozenset({PVC})
-
-
 async def apply_objects(client: AsyncClient, objects: Sequence[dict[str, Any]]) -> None:
-    """Server-side apply each object in order (config first, workloads last)."""
+    """Server-side apply each object in order (config first, workloads last).
+
+    Call `name_conflicts` first: applying with force adopts whatever holds the name.
+    """
     for obj in objects:
-        ref = ref_of(obj)
-        if ref.kind_key in CREATE_ONLY and await _exists(client, ref, obj["metadata"]["namespace"]):
-            continue
         await client.apply(codecs.from_dict(obj), field_manager=FIELD_MANAGER, force=True)
 
 
-async def _exists(client: AsyncClient, ref: ObjectRef, namespace: str) -> bool:
+async def _live_metadata(
+    client: AsyncClient, res: type[NamespacedResource], name: str, namespace: str
+) -> dict[str, Any] | None:
     try:
-        await client.get(RESOURCES[ref.kind_key], ref.name, namespace=namespace)
+        obj = await client.get(res, name, namespace=namespace)
     except ApiError as e:
         if e.status.code == 404:
-            return False
+            return None
         raise
-    return True
+    return dict(codecs_to_dict(obj, ("", "")).get("metadata") or {})
+
+
+async def name_conflicts(
+    client: AsyncClient, objects: Sequence[dict[str, Any]], uid: str
+) -> list[str]:
+    """One message per desired object whose name is held by an object this RagIndex does not
+    control; empty when everything may be applied."""
+    found = []
+    for obj in objects:
+        ref = ref_of(obj)
+        meta = await _live_metadata(
+            client, RESOURCES[ref.kind_key], ref.name, obj["metadata"]["namespace"]
+        )
+        if meta is not None and (message := foreign_object(ref.kind, meta, uid)):
+            found.append(message)
+    return found
+
+
+async def refused_secrets(
+    client: AsyncClient, namespace: str, index: str, names: Sequence[str]
+) -> list[str]:
+    """One message per Secret named in the spec that the index may not use (absent, or
+    without the consent label). Only the metadata is looked at."""
+    found = []
+    for name in names:
+        meta = await _live_metadata(client, Secret, name, namespace)
+        if message := secret_refusal(index, name, meta):
+            found.append(message)
+    return found
 
 
 async def list_managed(
     client: AsyncClient,
     namespace: str,
     index: str,
+    uid: str,
     kinds: Iterable[tuple[str, str]] = MANAGED_KINDS,
 ) -> list[ObjectRef]:
-    """Live objects of the managed kinds that carry this index's labels.
+    """Live objects of the managed kinds that carry this index's labels and are owned by it
+    (labels can be copied; the owner's uid cannot).
 
     A kind whose CRD is not installed (no ECK in a cluster that never needed it) has nothing.
     """
@@ -88,7 +133,9 @@ async def list_managed(
     for kind in kinds:
         try:
             async for obj in client.list(RESOURCES[kind], namespace=namespace, labels=selector):
-                found.append(ref_of(codecs_to_dict(obj, kind)))
+                data = codecs_to_dict(obj, kind)
+                if owned_by(data["metadata"], uid):
+                    found.append(ref_of(data))
         except ApiError as e:
             if e.status.code != 404:
                 raise
@@ -117,11 +164,12 @@ async def prune(
     client: AsyncClient,
     namespace: str,
     index: str,
+    uid: str,
     desired: Iterable[dict[str, Any]],
     keep_generations: Iterable[str | None] = (),
 ) -> list[ObjectRef]:
     """Delete managed objects of this index that are not desired; returns what was deleted."""
-    existing = await list_managed(client, namespace, index)
+    existing = await list_managed(client, namespace, index, uid)
     doomed = objects_to_prune(existing, [ref_of(o) for o in desired], keep_generations)
     await delete_refs(client, namespace, doomed)
     return doomed

@@ -58,7 +58,53 @@ _CEL: dict[str, list[dict[str, str]]] = {
             "message": "generator.baseUrl and generator.model are required for openai-compatible",
             "fieldPath": ".baseUrl",
             "reason": "FieldValueRequired",
-        }
+        },
+        {
+            "rule": "!has(self.apiKeySecret) || size(self.apiKeySecret) == 0"
+            " || !has(self.apiKeyEnv) || size(self.apiKeyEnv) == 0",
+            "message": "generator.apiKeySecret and generator.apiKeyEnv are exclusive",
+            "fieldPath": ".apiKeySecret",
+            "reason": "FieldValueForbidden",
+        },
+    ],
+    "LogSpec": [
+        {
+            "rule": "!has(self.minInsyncReplicas) || !has(self.replicationFactor)"
+            " || self.minInsyncReplicas <= self.replicationFactor",
+            "message": "log.minInsyncReplicas must be <= log.replicationFactor",
+            "fieldPath": ".minInsyncReplicas",
+            "reason": "FieldValueInvalid",
+        },
+        {
+            "rule": "!has(self.mode) || self.mode != 'managed' || !has(self.replicationFactor)"
+            " || !has(self.brokers) || self.replicationFactor <= self.brokers",
+            "message": "log.replicationFactor must be <= log.brokers for a managed log",
+            "fieldPath": ".replicationFactor",
+            "reason": "FieldValueInvalid",
+        },
+        {
+            "rule": "(has(self.mode) && self.mode == 'external')"
+            " == (has(self.bootstrapServers) && size(self.bootstrapServers) > 0)",
+            "message": "log.bootstrapServers is required for, and only valid with, external",
+            "fieldPath": ".bootstrapServers",
+            "reason": "FieldValueInvalid",
+        },
+        {
+            "rule": "!has(self.credentialsSecret) || size(self.credentialsSecret) == 0"
+            " || (has(self.mode) && self.mode == 'external')",
+            "message": "log.credentialsSecret is only valid with mode external",
+            "fieldPath": ".credentialsSecret",
+            "reason": "FieldValueForbidden",
+        },
+        # A transition rule (only the API server sees the old object): Kafka adds partitions
+        # but never removes them, and a shrunk `docs` topic would strand its keys.
+        {
+            "rule": "!has(oldSelf.docsPartitions) || !has(self.docsPartitions)"
+            " || self.docsPartitions >= oldSelf.docsPartitions",
+            "message": "log.docsPartitions cannot decrease (Kafka never removes partitions)",
+            "fieldPath": ".docsPartitions",
+            "reason": "FieldValueForbidden",
+        },
     ],
     "FusionSpec": [
         {

@@ -6,7 +6,9 @@ of one reconcile (create/update/resume):
 
 1. validate the spec with `RagIndexSpec` (the same model as the CRD); invalid -> `Degraded`
    with pydantic's message and nothing applied, so a bad edit never breaks what serves;
-2. cluster runtime: render, server-side apply, prune what is no longer desired;
+2. cluster runtime: render; refuse (Reconciled=False, nothing applied) when a Secret named in
+   the spec lacks the consent label (`SecretRefused`) or a desired object's name is held by an
+   object this RagIndex does not own (`NameConflict`); else server-side apply and prune;
    local runtime: PUT the Serve config to the local Ray dashboard;
 3. patch status (observedGeneration, conditions, endpoint, activeGeneration).
 
@@ -39,6 +41,7 @@ from ragindex.operator.render import (
     cluster_endpoint,
     index_generation,
     managed_elasticsearch,
+    named_secrets,
     ray_service_name,
     render,
     validate_name,
@@ -58,6 +61,14 @@ Runtime = Literal["cluster", "local"]
 APPLY_RETRY_S = 5.0
 
 
+class Refused(Exception):
+    """The spec is valid but the cluster holds something that must not be touched."""
+
+    def __init__(self, reason: str, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.reason = reason
+
+
 def _default_local_root() -> str:
     cache = os.environ.get("RAGINDEX_CACHE") or str(Path.home() / ".cache" / "ragindex")
     return str(Path(cache) / "local")
@@ -74,6 +85,8 @@ class OperatorOptions:
     serve_port: int = 8000
     local_data_root: str = field(default_factory=_default_local_root)
     poll_interval_s: float = 10.0
+    # A refusal (NameConflict, SecretRefused) waits on a person: retried this slowly.
+    refused_retry_s: float = 30.0
     kubeconfig: str | None = None
 
 
@@ -88,6 +101,11 @@ def validate_spec(name: str, raw: Any, runtime: Runtime) -> RagIndexSpec:
         raise InvalidInput(
             "a managed Elasticsearch needs the cluster runtime: set lexical.elasticsearchUrl"
             " or lexical.backend 'embedded' for the local runtime"
+        )
+    if runtime == "local" and spec.log.mode == "managed":
+        raise InvalidInput(
+            "a managed Kafka log needs the cluster runtime: set log.mode 'embedded' or"
+            " 'external' for the local runtime"
         )
     if runtime == "cluster":
         # A dry render (pure): whatever render refuses (e.g. storageSize) is refused here,
@@ -182,6 +200,17 @@ class RagIndexOperator:
                 desired = await self._reconcile_cluster(
                     namespace, name, uid, parsed, status, generation
                 )
+        except Refused as e:
+            logger.warning(f"RagIndex {namespace}/{name} not applied: {e}")
+            verdict = Verdict(False, e.reason, str(e))
+            _write_status(
+                patch,
+                status,
+                desired_status(
+                    status, observed_generation=generation, now=_now(), reconcile=verdict
+                ),
+            )
+            raise kopf.TemporaryError(f"{e.reason}: {e}", delay=self.options.refused_retry_s) from e
         except (ApiError, RuntimeError, OSError) as e:
             verdict = Verdict(False, "ApplyFailed", str(e))
             _write_status(
@@ -207,15 +236,24 @@ class RagIndexOperator:
         objects = render(
             name, namespace, spec, uid=uid, active_generation=active, options=self.options.render
         )
+        refused = await apply.refused_secrets(self.kube, namespace, name, named_secrets(spec))
+        if refused:
+            raise Refused("SecretRefused", refused)
+        conflicts = await apply.name_conflicts(self.kube, objects, uid)
+        if conflicts:
+            raise Refused("NameConflict", conflicts)
         await apply.apply_objects(self.kube, objects)
         target = index_generation(spec)
-        await apply.prune(self.kube, namespace, name, objects, keep_generations=(active, target))
-        return await self._cluster_serving(namespace, name, spec, status, generation, True)
+        await apply.prune(
+            self.kube, namespace, name, uid, objects, keep_generations=(active, target)
+        )
+        return await self._cluster_serving(namespace, name, uid, spec, status, generation, True)
 
     async def _cluster_serving(
         self,
         namespace: str,
         name: str,
+        uid: str,
         spec: RagIndexSpec,
         status: Any,
         generation: int,
@@ -231,11 +269,17 @@ class RagIndexOperator:
         serving, new_active = rollout(active, target, observed)
         if new_active == target and active not in (None, target):
             # The new generation serves: point the Service at it and drop the old one.
+            # With the owner reference: an apply without it would drop it from the Service.
             objects = render(
-                name, namespace, spec, active_generation=target, options=self.options.render
+                name,
+                namespace,
+                spec,
+                uid=uid,
+                active_generation=target,
+                options=self.options.render,
             )
             await apply.apply_objects(self.kube, [o for o in objects if o["kind"] == "Service"])
-            await apply.prune(self.kube, namespace, name, objects, keep_generations=(target,))
+            await apply.prune(self.kube, namespace, name, uid, objects, keep_generations=(target,))
         return desired_status(
             status,
             observed_generation=generation,
@@ -299,6 +343,7 @@ class RagIndexOperator:
         *,
         name: str,
         namespace: str | None,
+        uid: str,
         spec: Any,
         meta: Any,
         status: Any,
@@ -320,7 +365,7 @@ class RagIndexOperator:
             desired = await self._local_serving(namespace, name, parsed, status, generation, False)
         else:
             desired = await self._cluster_serving(
-                namespace, name, parsed, status, generation, False
+                namespace, name, uid, parsed, status, generation, False
             )
         _write_status(patch, status, desired)
 

@@ -158,6 +158,13 @@ class GeneratorSpec(_Spec):
     api_key_env: str | None = Field(
         None, description="Environment variable that holds the endpoint's API key."
     )
+    api_key_secret: str | None = Field(
+        None,
+        description="Cluster runtime: Secret whose `api-key` key holds the endpoint's API key;"
+        " the operator injects it as RAGINDEX_GENERATOR_API_KEY (and sets apiKeyEnv to it)."
+        " The Secret must carry the label `ragindex.dev/secret-for: <RagIndex name>`."
+        " Exclusive with apiKeyEnv.",
+    )
     timeout_s: float = Field(30, gt=0, le=600, description="Timeout of one generation call.")
 
     @model_validator(mode="after")
@@ -166,6 +173,79 @@ class GeneratorSpec(_Spec):
             raise ValueError(
                 "generator.baseUrl and generator.model are required for openai-compatible"
             )
+        if self.api_key_secret and self.api_key_env:
+            raise ValueError("generator.apiKeySecret and generator.apiKeyEnv are exclusive")
+        return self
+
+
+class LogSpec(_Spec):
+    """Where the index's log (the `docs`, `chunks.<generation>` and `manifest.<generation>`
+    topics) lives. `embedded` is the file log in the data directory of one machine; the cluster
+    runtime needs `managed` or `external`."""
+
+    mode: Literal["embedded", "managed", "external"] = Field(
+        "embedded",
+        description="'embedded': file log in the data directory (one machine only). 'managed':"
+        " the operator renders a Strimzi Kafka cluster (Kafka, KafkaNodePool, KafkaTopics)"
+        " owned by the RagIndex. 'external': existing Kafka brokers at bootstrapServers.",
+    )
+    docs_partitions: int = Field(
+        12,
+        ge=1,
+        le=1000,
+        description="Partitions of the `docs` topic: the most ingest workers that consume it"
+        " in parallel. Kafka can add partitions but never remove them.",
+    )
+    replication_factor: int = Field(
+        3, ge=1, le=16, description="Copies of every partition (managed and external)."
+    )
+    min_insync_replicas: int = Field(
+        2,
+        ge=1,
+        le=16,
+        description="Replicas that must have a write before it is acknowledged (acks=all);"
+        " at most replicationFactor. 2 of 3 survives one broker loss without refusing writes.",
+    )
+    tombstone_retention_hours: int = Field(
+        24,
+        ge=1,
+        le=8760,
+        description="How long compaction keeps a delete marker (delete.retention.ms): a replica"
+        " further behind than this can miss a delete and must rebuild from the start.",
+    )
+    brokers: int = Field(
+        3,
+        ge=1,
+        le=100,
+        description="Managed: Kafka nodes (each broker and KRaft controller), at least"
+        " replicationFactor.",
+    )
+    broker_storage_size: str = Field(
+        "100Gi",
+        pattern=r"^[0-9]+(Ki|Mi|Gi|Ti|Pi|Ei)$",
+        description="Managed: persistent (ReadWriteOnce) volume per Kafka node.",
+    )
+    bootstrap_servers: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9.\-]+:[0-9]{1,5}(,[A-Za-z0-9.\-]+:[0-9]{1,5})*$",
+        description="External: comma-separated host:port list of the brokers.",
+    )
+    credentials_secret: str | None = Field(
+        None,
+        description="External: Secret with `username` and `password` keys (SASL SCRAM-SHA-512)."
+        " It must carry the label `ragindex.dev/secret-for: <RagIndex name>`.",
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> LogSpec:
+        if self.min_insync_replicas > self.replication_factor:
+            raise ValueError("log.minInsyncReplicas must be <= log.replicationFactor")
+        if self.mode == "managed" and self.replication_factor > self.brokers:
+            raise ValueError("log.replicationFactor must be <= log.brokers for a managed log")
+        if (self.mode == "external") != bool(self.bootstrap_servers):
+            raise ValueError("log.bootstrapServers is required for, and only valid with, external")
+        if self.credentials_secret and self.mode != "external":
+            raise ValueError("log.credentialsSecret is only valid with mode external")
         return self
 
 
@@ -182,15 +262,24 @@ class RagIndexSpec(_Spec):
         default_factory=GeneratorSpec, description="Answer generation for /v1/answer."
     )
     scaling: ScalingSpec = Field(default_factory=ScalingSpec, description="Autoscaling.")
+    log: LogSpec = Field(
+        default_factory=LogSpec, description="The log every index is a view of (file or Kafka)."
+    )
     freshness_s: float = Field(
         2.0, gt=0, le=300, description="Bound on upsert-to-searchable on every replica."
     )
     auth_secret: str | None = Field(
         None,
         description="Secret with a `tokens.json` key (hashed API tokens, as `ragindex token"
-        " create` writes them), mounted into the Router (cluster runtime).",
+        " create` writes them), mounted into the Ray pods; required in the cluster runtime, so"
+        " tokens outlive every generation. The Secret must carry the label"
+        " `ragindex.dev/secret-for: <RagIndex name>`: the operator mounts no other Secret.",
     )
-    storage_size: str = Field("10Gi", description="Persistent volume size per shard replica.")
+    storage_size: str = Field(
+        "10Gi",
+        description="Cluster runtime: node-local scratch (emptyDir size limit) per Ray pod for"
+        " shard snapshots and views; the log is the source of truth, so it is disposable.",
+    )
     data_dir: str = Field("/data/ragindex", description="Where indexes live inside a replica.")
 
     @model_validator(mode="after")

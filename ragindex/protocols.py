@@ -79,6 +79,11 @@ class Log(Protocol):
         """Partition count of an existing topic; InvalidInput if there is no such topic."""
         ...
 
+    def delete_topic(self, topic: str) -> None:
+        """Delete the topic and its records (e.g. a retired generation's chunks); nothing if
+        it does not exist."""
+        ...
+
     def append(self, topic: str, records: Sequence[tuple[int, bytes, bytes | None]]) -> list[int]:
         """Append (partition, key, value) records; return their offsets only once durable.
 
@@ -120,12 +125,23 @@ class Log(Protocol):
         """Committed records at or after `from_offset`, in offset order (offsets may have gaps).
 
         Waits up to `timeout_s` for the first record when none is there yet. Raises
-        OffsetOutOfRange when `from_offset` was compacted or truncated away.
+        OffsetOutOfRange when `from_offset` was compacted or truncated away. Read on from the
+        last record's offset + 1; a reader is caught up when a read returns nothing (Kafka's
+        transaction markers take offsets, so that position may stay below `end_offset`).
         """
         ...
 
     def end_offset(self, topic: str, partition: int) -> int:
         """The offset the next committed record will get (Kafka: the last stable offset)."""
+        ...
+
+    def begin_offset(self, topic: str, partition: int) -> int:
+        """The oldest offset still readable; reading before it raises OffsetOutOfRange."""
+        ...
+
+    def truncate(self, topic: str, partition: int, before_offset: int) -> None:
+        """Drop every record before `before_offset` (a snapshot covers them), so the log does
+        not grow without bound; InvalidInput past the end offset."""
         ...
 
     def close(self) -> None: ...

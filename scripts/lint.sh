@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
 "$VENV/bin/ruff" check .
 "$VENV/bin/ruff" format --check .
-"$VENV/bin/mypy" ragindex ingest shards lexical models router evals app operator
+"$VENV/bin/mypy" ragindex ingest shards lexical models log router evals app operator
 built=$(mktemp -d)
 trap 'rm -rf "$built"' EXIT
 uv pip install --quiet --python "$VENV/bin/python" --no-deps --no-build-isolation --target "$built" . >/dev/null

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test run, from a fresh machine: install, fetch/build the real servers the tests start
-# (Elasticsearch, kube-apiserver + etcd + controller-manager, helm, kubectl), static checks, pytest,
+# (Elasticsearch, Kafka, kube-apiserver + etcd + controller-manager, helm, kubectl), static checks, pytest,
 # then the release gate (Cranfield quality and latency ratios against evals/baseline.json).
 # Everything slow is cached under ${RAGINDEX_CACHE:-~/.cache/ragindex}.
 set -euo pipefail
@@ -9,6 +9,7 @@ export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 RAY_USAGE_STATS_ENABLED=0 RAY_AUTH_MODE=disabled
 scripts/setup.sh
 scripts/fetch_elasticsearch.sh
+scripts/fetch_kafka.sh
 scripts/build_k8s.sh
 scripts/lint.sh
 .venv/bin/pytest "$@"

@@ -43,6 +43,17 @@ class WalTruncated(RagIndexError):
     """The requested offset was dropped by truncation; reload the newer snapshot first."""
 
 
+class WalFenced(RagIndexError):
+    """A failed append could not be cut back: reopen the log (recovery cuts the torn tail)."""
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write every byte of `data` to `fd` (O_APPEND); raise on failure. Faults are injected here."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
 class WalLocked(RagIndexError):
     """Another writer holds this log; a shard has exactly one writer."""
 
@@ -166,11 +177,13 @@ class WriteAheadLog:
         valid = 0
         for _record, pos in _scan(data, 0):
             valid = pos
-        self._file = open(path, "ab")  # noqa: SIM115 - held open for the writer's lifetime
+        # Unbuffered: a failed write must leave no bytes in a buffer to be flushed later.
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND)
         if valid < len(data):  # cut a torn tail so new records are not hidden behind it
-            self._file.truncate(valid)
-            os.fsync(self._file.fileno())
+            os.ftruncate(self._fd, valid)
+            os.fsync(self._fd)
         self._size = valid
+        self._fenced: str | None = None
 
     @property
     def end_offset(self) -> int:
@@ -185,12 +198,26 @@ class WriteAheadLog:
         return path
 
     def append(self, records: Sequence[WalRecord]) -> int:
-        """Append records in one write and fsync; returns the offset past the last one."""
+        """Append records in one write and fsync; returns the offset past the last one.
+
+        A write that fails midway (disk full, file too large) is cut back to the last durable
+        record before the error is raised, so no later acknowledged record can sit behind a
+        torn one; if the cut fails too, the log refuses writes until it is reopened.
+        """
+        if self._fenced:
+            raise WalFenced(self._fenced)
         data = b"".join(encode(r) for r in records)
         if data:
-            self._file.write(data)
-            self._file.flush()
-            os.fsync(self._file.fileno())
+            try:
+                write_all(self._fd, data)
+                os.fsync(self._fd)
+            except OSError:
+                try:
+                    os.ftruncate(self._fd, self._size)
+                    os.fsync(self._fd)
+                except OSError as cut:
+                    self._fenced = f"{self.directory}: fenced after a failed append ({cut}); reopen"
+                raise
             self._size += len(data)
         return self.end_offset
 
@@ -202,14 +229,14 @@ class WriteAheadLog:
         if not 0 <= upto <= self.end_offset:
             raise InvalidInput(f"cannot truncate to {upto}: log ends at {self.end_offset}")
         if self._size:
-            self._file.close()
+            os.close(self._fd)
             self._base, self._size = self.end_offset, 0
-            self._file = open(self._create_segment(self._base), "ab")  # noqa: SIM115
+            self._fd = os.open(self._create_segment(self._base), os.O_WRONLY | os.O_APPEND)
         segments = _segments(self.directory)
         for i, (_base, path) in enumerate(segments[:-1]):
             if segments[i + 1][0] <= upto:
                 path.unlink()
 
     def close(self) -> None:
-        self._file.close()
+        os.close(self._fd)
         os.close(self._lock_fd)

@@ -1,5 +1,5 @@
-"""Fixtures shared by several test areas: one Elasticsearch server, the packaged MiniLM,
-Cranfield as chunks, and a BM25 quality probe.
+"""Fixtures shared by several test areas: one Elasticsearch server, one Kafka broker, the
+packaged MiniLM, Cranfield as chunks, and a BM25 quality probe.
 
 Each area's own conftest adds the servers it needs; what more than one area uses lives here.
 """
@@ -16,6 +16,7 @@ from ragindex.config import RagIndexSpec
 from ragindex.evals.collections import Collection, load_cranfield
 from ragindex.evals.metrics import ndcg_at_k
 from ragindex.lexical.es_server import EsServer, start_elasticsearch
+from ragindex.log.kafka_server import KafkaServer, start_kafka
 from ragindex.models.embedder import load_embedder
 from ragindex.protocols import Embedder, LexicalIndex
 from ragindex.types import Chunk
@@ -33,6 +34,18 @@ CRANFIELD_DIR = Path(
 def es_server() -> Iterator[EsServer]:
     """A real Elasticsearch on loopback, started once per session by the tests that ask."""
     server = start_elasticsearch()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_server() -> Iterator[KafkaServer]:
+    """A real one-node Kafka (KRaft) on loopback, started once per session by the tests that ask.
+
+    Tests that stop the broker (`stop_broker()`) must start it again (`start_broker()`)."""
+    server = start_kafka()
     try:
         yield server
     finally:

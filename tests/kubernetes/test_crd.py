@@ -16,6 +16,7 @@ from pydantic import BaseModel, ValidationError
 from ragindex.config import RagIndexSpec
 from ragindex.operator import crd as crd_module
 from ragindex.operator.crd import render_crd, render_crd_yaml
+from ragindex.operator.render import render
 
 REPO = Path(__file__).resolve().parents[2]
 COMMITTED = REPO / "crds" / "ragindex.dev_ragindexes.yaml"
@@ -130,6 +131,13 @@ def test_every_model_validator_has_a_cel_rule() -> None:
         "autoscaling minReplicas must be <= maxReplicas",
         "reranker.topN must be >= fusion.topK",
         "generator.baseUrl and generator.model are required for openai-compatible",
+        "generator.apiKeySecret and generator.apiKeyEnv are exclusive",
+        "log.minInsyncReplicas must be <= log.replicationFactor",
+        "log.replicationFactor must be <= log.brokers for a managed log",
+        "log.bootstrapServers is required for, and only valid with, external",
+        "log.credentialsSecret is only valid with mode external",
+        # A transition rule: pydantic never sees the old spec, the API server does.
+        "log.docsPartitions cannot decrease (Kafka never removes partitions)",
     }
     assert set(crd_module._CEL) <= {"RagIndexSpec", *RagIndexSpec.model_json_schema()["$defs"]}
 
@@ -229,6 +237,34 @@ INVALID: dict[str, tuple[dict[str, Any], list[str]]] = {
         {"generator": {"backend": "openai-compatible"}},
         ["spec.generator.baseUrl", "required for openai-compatible"],
     ),
+    "generator-key-env-and-secret": (
+        {"generator": {"apiKeyEnv": "RAGINDEX_GENERATOR_KEY", "apiKeySecret": "gen"}},
+        ["spec.generator.apiKeySecret", "are exclusive"],
+    ),
+    "log-isr-above-replication": (
+        {"log": {"mode": "managed", "replicationFactor": 2, "minInsyncReplicas": 3}},
+        ["spec.log.minInsyncReplicas", "must be <= log.replicationFactor"],
+    ),
+    "log-replication-above-brokers": (
+        {"log": {"mode": "managed", "brokers": 1}},
+        ["spec.log.replicationFactor", "must be <= log.brokers"],
+    ),
+    "log-external-without-bootstrap": (
+        {"log": {"mode": "external"}},
+        ["spec.log.bootstrapServers", "required for, and only valid with, external"],
+    ),
+    "log-bootstrap-with-managed": (
+        {"log": {"mode": "managed", "bootstrapServers": "kafka:9092"}},
+        ["spec.log.bootstrapServers", "required for, and only valid with, external"],
+    ),
+    "log-credentials-with-managed": (
+        {"log": {"mode": "managed", "credentialsSecret": "kafka-user"}},
+        ["spec.log.credentialsSecret", "only valid with mode external"],
+    ),
+    "log-unknown-mode": (
+        {"log": {"mode": "pulsar"}},
+        ["spec.log.mode", "Unsupported value", "pulsar"],
+    ),
     "unknown-field": ({"dense": {"shardz": 3}}, ["unknown field", "spec.dense.shardz"]),
 }
 
@@ -278,6 +314,24 @@ def test_cel_rules_also_guard_updates(kube_cluster, kube_namespace) -> None:
         kube_cluster.kubectl("get", "ragx", "u", "-n", kube_namespace, "-o", "json").stdout
     )
     assert got["spec"]["fusion"]["topK"] == 8
+
+
+@pytest.mark.kubernetes
+def test_docs_partitions_only_grow(kube_cluster, kube_namespace) -> None:
+    spec = {"log": {"mode": "managed", "docsPartitions": 6}}
+    kube_cluster.kubectl(
+        "apply", "--server-side", "-f", "-", input=_ragindex("p", kube_namespace, spec)
+    )
+
+    def patch(partitions: int) -> Any:
+        body = json.dumps({"spec": {"log": {"docsPartitions": partitions}}})
+        return kube_cluster.kubectl(
+            "patch", "ragx", "p", "-n", kube_namespace, "--type=merge", "-p", body, check=False
+        )
+
+    shrink = patch(3)
+    assert shrink.returncode != 0 and "docsPartitions cannot decrease" in shrink.stderr
+    assert patch(8).returncode == 0
 
 
 @pytest.mark.kubernetes
@@ -380,6 +434,49 @@ def test_vendored_crds_enforce_their_schema(kube_cluster, kube_namespace) -> Non
         check=False,
     )
     assert proc.returncode != 0 and "spec.nodeSets[0].count" in proc.stderr
+
+
+EXAMPLE = REPO / "examples" / "ragindex.yaml"
+
+
+@pytest.mark.kubernetes
+def test_rendered_objects_are_admitted_by_the_vendored_crds(kube_cluster, kube_namespace) -> None:
+    """Every object `render` makes for a managed and an external log passes the real API
+    server's validation: Strimzi's Kafka, KafkaNodePool and KafkaTopic schemas, KubeRay's
+    RayService (authOptions, autoscalerOptions), ECK, NetworkPolicy and core kinds."""
+    example = yaml.safe_load(EXAMPLE.read_text())["spec"]
+    external = example | {
+        "log": {"mode": "external", "bootstrapServers": "k:9092", "credentialsSecret": "ku"}
+    }
+    for spec in (example, external):
+        objects = render("adm", kube_namespace, RagIndexSpec.model_validate(spec))
+        stream = "\n---\n".join(json.dumps(o) for o in objects)
+        proc = kube_cluster.kubectl(
+            "apply",
+            "--server-side",
+            "--dry-run=server",
+            "--field-manager=t",
+            "-f",
+            "-",
+            input=stream,
+        )
+        assert proc.stdout.count("serverside-applied") == len(objects), proc.stdout
+    kinds = {o["kind"] for o in render("adm", "x", RagIndexSpec.model_validate(example))}
+    assert {"Kafka", "KafkaNodePool", "KafkaTopic", "NetworkPolicy"} <= kinds
+    # The vendored Strimzi schema is enforced, not merely present.
+    bad = render("adm", kube_namespace, RagIndexSpec.model_validate(example))
+    topic = next(o for o in bad if o["kind"] == "KafkaTopic")
+    topic["spec"]["partitions"] = 0
+    proc = kube_cluster.kubectl(
+        "apply",
+        "--server-side",
+        "--dry-run=server",
+        "-f",
+        "-",
+        input=json.dumps(topic),
+        check=False,
+    )
+    assert proc.returncode != 0 and "spec.partitions" in proc.stderr, proc.stderr
 
 
 @pytest.mark.kubernetes

@@ -83,6 +83,7 @@ def test_default_render(kube_cluster) -> None:
     assert container["readinessProbe"]["httpGet"]["port"] == "health"
     assert container["args"][:2] == ["--runtime=cluster", "--all-namespaces"]
     assert not any(a.startswith("--peering") for a in container["args"])
+    assert not any(a.startswith("--kuberay-namespace") for a in container["args"])
     assert pod["serviceAccountName"] == _one(objs, "ServiceAccount")["metadata"]["name"]
 
 
@@ -95,6 +96,10 @@ def test_rbac_is_least_privilege(kube_cluster) -> None:
         ("ragindex.dev", "ragindexes/finalizers"),
         ("ray.io", "rayservices"),
         ("elasticsearch.k8s.elastic.co", "elasticsearches"),
+        ("kafka.strimzi.io", "kafkas"),
+        ("kafka.strimzi.io", "kafkanodepools"),
+        ("kafka.strimzi.io", "kafkatopics"),
+        ("networking.k8s.io", "networkpolicies"),
         ("", "configmaps"),
         ("", "services"),
         ("", "persistentvolumeclaims"),
@@ -106,8 +111,13 @@ def test_rbac_is_least_privilege(kube_cluster) -> None:
     }
     for rule in rules:
         assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"], rule
-        if "secrets" in rule["resources"] or "customresourcedefinitions" in rule["resources"]:
+        if "customresourcedefinitions" in rule["resources"]:
             assert set(rule["verbs"]) <= {"get", "list", "watch"}, rule
+        if "secrets" in rule["resources"]:
+            # Labels of the Secrets a spec names, by name: no enumeration, no write.
+            assert rule["resources"] == ["secrets"] and rule["verbs"] == ["get"], rule
+        if "persistentvolumeclaims" in rule["resources"]:
+            assert set(rule["verbs"]) == {"list", "delete"}, rule  # pruning legacy claims only
 
 
 def test_prod_render_enables_peering(kube_cluster) -> None:
@@ -120,6 +130,10 @@ def test_prod_render_enables_peering(kube_cluster) -> None:
     # The chart's arguments are ones the operator's own parser accepts.
     _options, parsed = parse_args(args)
     assert parsed.peering == peering
+    pinned = _render(kube_cluster, "--set", "operator.kuberayNamespace=ray-system")
+    args = _one(pinned, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    options, _ = parse_args(args)
+    assert options.render.kuberay_namespace == "ray-system"
     assert _one(objs, "PodDisruptionBudget")["spec"]["minAvailable"] == 1
     rules = _one(objs, "ClusterRole")["rules"]
     groups = {g for rule in rules for g in rule["apiGroups"]}
@@ -170,7 +184,14 @@ def test_install_creates_the_objects_and_uninstall_keeps_the_crd(kube_cluster) -
             ("create", "rayservices.ray.io", "yes"),
             ("delete", "elasticsearches.elasticsearch.k8s.elastic.co", "yes"),
             ("get", "secrets", "yes"),
+            ("list", "secrets", "no"),
+            ("watch", "secrets", "no"),
             ("create", "secrets", "no"),
+            ("patch", "secrets", "no"),
+            ("create", "persistentvolumeclaims", "no"),
+            ("delete", "persistentvolumeclaims", "yes"),
+            ("create", "kafkatopics.kafka.strimzi.io", "yes"),
+            ("create", "networkpolicies.networking.k8s.io", "yes"),
             ("create", "pods", "no"),
             ("delete", "customresourcedefinitions", "no"),
         ]:

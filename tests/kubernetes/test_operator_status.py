@@ -163,12 +163,21 @@ def test_validate_spec_messages() -> None:
         validate_spec("idx", {"fusion": {"candidates": 2, "topK": 5}}, "cluster")
     with pytest.raises(InvalidInput, match=r"extra_forbidden|Extra inputs"):
         validate_spec("idx", {"nope": 1}, "cluster")
-    managed = {"lexical": {"backend": "elasticsearch"}}
+    cluster = {"log": {"mode": "managed"}, "authSecret": "tokens"}
+    managed = {**cluster, "lexical": {"backend": "elasticsearch"}}
     assert validate_spec("idx", managed, "cluster").lexical.backend == "elasticsearch"
-    with pytest.raises(InvalidInput, match="cluster runtime"):
-        validate_spec("idx", managed, "local")
+    with pytest.raises(InvalidInput, match="managed Elasticsearch needs the cluster runtime"):
+        validate_spec("idx", {"lexical": {"backend": "elasticsearch"}}, "local")
+    with pytest.raises(InvalidInput, match="managed Kafka log needs the cluster runtime"):
+        validate_spec("idx", {"log": {"mode": "managed"}}, "local")
     with pytest.raises(InvalidInput, match="storageSize"):
-        validate_spec("idx", {"storageSize": "1.5Gi"}, "cluster")
+        validate_spec("idx", {**cluster, "storageSize": "1.5Gi"}, "cluster")
+    # The cluster runtime needs a Kafka log and a token Secret; one machine needs neither.
+    with pytest.raises(InvalidInput, match=r"needs log\.mode 'managed'"):
+        validate_spec("idx", {"authSecret": "tokens"}, "cluster")
+    with pytest.raises(InvalidInput, match="authSecret is required"):
+        validate_spec("idx", {"log": {"mode": "managed"}}, "cluster")
+    assert validate_spec("idx", {}, "local").log.mode == "embedded"
 
 
 def app(name: str, route: str) -> dict[str, Any]:

@@ -100,3 +100,32 @@ def test_an_empty_or_missing_log_reads_as_empty(tmp_path):
     assert list(read_from(tmp_path / "nothing", 0)) == []
     with pytest.raises(WalTruncated):
         list(read_from(tmp_path / "nothing", 10))
+
+
+def test_a_failed_append_never_hides_later_acknowledged_records(tmp_path):
+    """#14: a write that fails midway (disk full) is cut back, so what is acknowledged after
+    it is readable and survives a reopen (before the fix the torn bytes hid it)."""
+    import errno
+    import os
+    from unittest import mock
+
+    from ragindex.shards import wal as wal_module
+
+    def short_write_then_enospc(fd: int, data: bytes) -> None:
+        os.write(fd, data[: len(data) // 2])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    log = WriteAheadLog(tmp_path)
+    first = log.append([upsert("acme", 2)])
+    with (
+        mock.patch.object(wal_module, "write_all", short_write_then_enospc),
+        pytest.raises(OSError, match="No space"),
+    ):
+        log.append([upsert("acme", 50, seed=1)])
+    later = log.append([DeleteRecord("acme", ("acme:0:0",))])  # acknowledged after the failure
+    log.close()
+    read = list(read_from(tmp_path, 0))
+    assert [offset for _record, offset in read] == [first, later]
+    assert isinstance(read[1][0], DeleteRecord)
+    WriteAheadLog(tmp_path).close()  # reopening keeps both
+    assert [offset for _record, offset in read_from(tmp_path, 0)] == [first, later]

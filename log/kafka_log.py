@@ -1,0 +1,530 @@
+"""The Kafka log: the `Log` on Apache Kafka (the cluster runtime), through confluent-kafka.
+
+- Writes are Kafka transactions from an idempotent producer with `acks=all`: `append` commits
+  its batch as one transaction (all or nothing for read_committed readers), and
+  `append_and_commit` adds the group's consumed offsets to the same transaction
+  (`send_offsets_to_transaction`), so a worker killed mid-batch neither loses nor duplicates.
+- Fencing: the transactional id of `append_and_commit` is derived from the group and the
+  consumed (topic, partition)s. A restarted worker for the same input partition calls
+  `init_transactions` with that id, which bumps the producer epoch: the broker aborts the
+  predecessor's open transaction and refuses its later writes (`WriterFenced`), so a zombie can
+  never commit behind its successor's back.
+- Reads use an assigned consumer per partition with `isolation.level=read_committed` and no
+  auto-commit: aborted records and open transactions are never returned, `end_offset` is the
+  last stable offset. Committed offsets live in Kafka's group offsets.
+- Topics are created through the AdminClient; compacted ones with `cleanup.policy=compact`,
+  the others keep every record (`retention.ms=-1`) until `truncate` deletes records before an
+  offset. A broker that does not answer within `timeout_s` gives `BackendUnavailable`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import (
+    OFFSET_INVALID,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+
+from ragindex.errors import BackendUnavailable, InvalidInput, OffsetOutOfRange, RagIndexError
+from ragindex.log.validation import check_consumed, check_records, check_topic_name
+from ragindex.types import LogRecord
+
+_READER_GROUP = "ragindex.readers"  # never commits: readers keep their own offsets
+_FENCED = {KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH, KafkaError._FENCED}
+_OUT_OF_RANGE = {KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE}
+
+
+class WriterFenced(RagIndexError):
+    """A newer writer with the same transactional id took over: stop, another worker owns it."""
+
+
+@dataclass
+class _Reader:
+    consumer: Consumer
+    lock: threading.Lock
+    next_offset: int = -1
+    at_end: bool = False
+
+
+def _error_of(e: BaseException) -> KafkaError | None:
+    if isinstance(e, KafkaException) and e.args and isinstance(e.args[0], KafkaError):
+        return e.args[0]
+    return None
+
+
+class KafkaLog:
+    """A `Log` on Kafka brokers (`bootstrap_servers`, optionally SASL credentials)."""
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        *,
+        username: str | None = None,
+        password: str | None = None,
+        sasl_mechanism: str = "SCRAM-SHA-512",
+        security_protocol: str | None = None,
+        timeout_s: float = 10.0,
+        replication_factor: int = -1,
+        topic_config: Mapping[str, str] | None = None,
+        client_id: str = "ragindex",
+    ) -> None:
+        if not bootstrap_servers:
+            raise InvalidInput("KafkaLog needs bootstrap servers (host:port[,host:port...])")
+        if (username is None) != (password is None):
+            raise InvalidInput("give both a Kafka username and a password, or neither")
+        self.timeout_s = timeout_s
+        self._last_error: str | None = None
+        self.replication_factor = replication_factor
+        self.topic_config = dict(topic_config or {})
+        timeout_ms = int(timeout_s * 1000)
+        self._common: dict[str, Any] = {
+            "bootstrap.servers": bootstrap_servers,
+            "client.id": client_id,
+            "socket.timeout.ms": timeout_ms,
+            "log_level": 0,  # connection failures surface as errors, not stderr noise
+            "error_cb": self._remember_error,
+        }
+        if username is not None:
+            self._common.update(
+                {
+                    "security.protocol": security_protocol or "SASL_SSL",
+                    "sasl.mechanism": sasl_mechanism,
+                    "sasl.username": username,
+                    "sasl.password": password,
+                }
+            )
+        elif security_protocol:
+            self._common["security.protocol"] = security_protocol
+        self._admin = AdminClient(dict(self._common))
+        self._mutex = threading.Lock()  # guards the client maps, held only briefly
+        self._writing = threading.Lock()  # one transaction at a time per producer
+        self._producers: dict[str, Producer] = {}
+        self._readers: dict[tuple[str, int], _Reader] = {}
+        self._groups: dict[str, Consumer] = {}
+        self._partition_counts: dict[str, int] = {}
+        self._append_id = f"ragindex.append.{uuid.uuid4().hex}"
+        self._offsets = Consumer(
+            {
+                **self._common,
+                "group.id": _READER_GROUP,
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+            }
+        )
+
+    # -- clients ------------------------------------------------------------------------------
+
+    def _remember_error(self, error: KafkaError) -> None:
+        """Client-level errors (e.g. failed SASL authentication) arrive here, not as the
+        exception of the call that then times out: keep the last one for the message."""
+        self._last_error = error.str()
+
+    def _unavailable(self, what: str, e: BaseException) -> BackendUnavailable:
+        self._admin.poll(0)  # serve the admin client's queued error callbacks
+        cause = f" (the client reported: {self._last_error})" if self._last_error else ""
+        return BackendUnavailable(
+            f"Kafka ({self._common['bootstrap.servers']}) could not {what} "
+            f"within {self.timeout_s:.0f}s: {e}{cause}"
+        )
+
+    def _producer(self, transactional_id: str) -> Producer:
+        producer = self._producers.get(transactional_id)
+        if producer is not None:
+            return producer
+        producer = Producer(
+            {
+                **self._common,
+                "transactional.id": transactional_id,
+                "enable.idempotence": True,
+                "acks": "all",
+                "linger.ms": 5,
+                "message.timeout.ms": int(self.timeout_s * 1000),
+                # A writer that dies mid-transaction holds back readers (the LSO) until the
+                # broker aborts it: keep that short, above the delivery timeout it must exceed.
+                "transaction.timeout.ms": int(self.timeout_s * 1000) + 5000,
+            }
+        )
+        try:
+            producer.init_transactions(self.timeout_s)
+        except KafkaException as e:
+            raise self._unavailable("start a transactional producer", e) from e
+        self._producers[transactional_id] = producer
+        return producer
+
+    def _group(self, group: str) -> Consumer:
+        with self._mutex:
+            return self._group_locked(group)
+
+    def _group_locked(self, group: str) -> Consumer:
+        consumer = self._groups.get(group)
+        if consumer is None:
+            consumer = Consumer({**self._common, "group.id": group, "enable.auto.commit": False})
+            self._groups[group] = consumer
+        return consumer
+
+    def _reader(self, topic: str, partition: int) -> _Reader:
+        with self._mutex:
+            return self._reader_locked(topic, partition)
+
+    def _reader_locked(self, topic: str, partition: int) -> _Reader:
+        reader = self._readers.get((topic, partition))
+        if reader is None:
+            consumer = Consumer(
+                {
+                    **self._common,
+                    "group.id": _READER_GROUP,
+                    "enable.auto.commit": False,
+                    "enable.auto.offset.store": False,
+                    "isolation.level": "read_committed",
+                    "auto.offset.reset": "error",
+                    "enable.partition.eof": True,
+                    "fetch.wait.max.ms": 100,
+                }
+            )
+            reader = _Reader(consumer, threading.Lock())
+            self._readers[(topic, partition)] = reader
+        return reader
+
+    # -- topics -------------------------------------------------------------------------------
+
+    def _describe(self, topic: str) -> int | None:
+        """The partition count of `topic`, or None if it does not exist."""
+        check_topic_name(topic)
+        try:
+            metadata = self._admin.list_topics(topic=topic, timeout=self.timeout_s)
+        except KafkaException as e:
+            raise self._unavailable(f"describe topic {topic}", e) from e
+        found = metadata.topics.get(topic)
+        if found is None:
+            return None
+        if found.error is not None:
+            if found.error.code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise self._unavailable(f"describe topic {topic}", KafkaException(found.error))
+            return None
+        self._partition_counts[topic] = len(found.partitions)
+        return len(found.partitions)
+
+    def _has_leaders(self, topic: str) -> bool:
+        try:
+            found = self._admin.list_topics(topic=topic, timeout=self.timeout_s).topics.get(topic)
+        except KafkaException:
+            return False
+        return bool(
+            found is not None
+            and found.error is None
+            and found.partitions
+            and all(p.leader >= 0 and p.error is None for p in found.partitions.values())
+        )
+
+    def _is_compacted(self, topic: str) -> bool:
+        resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+        try:
+            configs = self._admin.describe_configs([resource])[resource].result(self.timeout_s)
+        except KafkaException as e:
+            raise self._unavailable(f"read the config of topic {topic}", e) from e
+        return "compact" in str(configs["cleanup.policy"].value)
+
+    def ensure_topic(self, topic: str, partitions: int, *, compacted: bool) -> None:
+        if not isinstance(partitions, int) or partitions < 1:
+            raise InvalidInput(f"topic {topic}: partitions must be an int >= 1, got {partitions!r}")
+        existing = self._describe(topic)
+        if existing is None:
+            config = {"cleanup.policy": "compact"} if compacted else {"retention.ms": "-1"}
+            new = NewTopic(
+                topic, partitions, self.replication_factor, config={**config, **self.topic_config}
+            )
+            try:
+                self._admin.create_topics([new], request_timeout=self.timeout_s)[topic].result()
+            except KafkaException as e:
+                error = _error_of(e)
+                if error is None or error.code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise self._unavailable(f"create topic {topic}", e) from e
+            deadline = time.monotonic() + self.timeout_s
+            while not self._has_leaders(topic) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            existing = self._describe(topic)
+            if existing is None or not self._has_leaders(topic):
+                raise self._unavailable(f"see leaders for the new topic {topic}", TimeoutError())
+        compacted_now = self._is_compacted(topic)
+        if existing != partitions or compacted_now != compacted:
+            raise InvalidInput(
+                f"topic {topic} exists with {existing} partitions (compacted={compacted_now}), "
+                f"not {partitions} (compacted={compacted})"
+            )
+
+    def delete_topic(self, topic: str) -> None:
+        if self._describe(topic) is None:
+            return
+        try:
+            self._admin.delete_topics([topic], operation_timeout=self.timeout_s)[topic].result()
+        except KafkaException as e:
+            error = _error_of(e)
+            if error is None or error.code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise self._unavailable(f"delete topic {topic}", e) from e
+        self._partition_counts.pop(topic, None)
+        with self._mutex:
+            for key in [k for k in self._readers if k[0] == topic]:
+                self._readers.pop(key).consumer.close()
+        deadline = time.monotonic() + self.timeout_s
+        while self._describe(topic) is not None:  # deletion spreads through metadata
+            if time.monotonic() > deadline:
+                raise self._unavailable(f"see topic {topic} deleted", TimeoutError())
+            time.sleep(0.05)
+        self._partition_counts.pop(topic, None)
+
+    def partitions(self, topic: str) -> int:
+        count = self._describe(topic)
+        if count is None:
+            raise InvalidInput(f"no topic {topic!r} in Kafka")
+        return count
+
+    def _check_partition(self, topic: str, partition: int) -> None:
+        count = self._partition_counts.get(topic) or self.partitions(topic)
+        if not isinstance(partition, int) or not 0 <= partition < count:
+            raise InvalidInput(f"partition {partition!r} out of range for {topic} ({count})")
+
+    # -- writes -------------------------------------------------------------------------------
+
+    def append(self, topic: str, records: Sequence[tuple[int, bytes, bytes | None]]) -> list[int]:
+        with self._writing:
+            return self._transact(self._append_id, topic, records, None, {})
+
+    def append_and_commit(
+        self,
+        topic: str,
+        records: Sequence[tuple[int, bytes, bytes | None]],
+        *,
+        group: str,
+        consumed: Mapping[tuple[str, int], int],
+    ) -> list[int]:
+        check_consumed(group, consumed)
+        inputs = ",".join(f"{t}:{p}" for t, p in sorted(consumed))
+        with self._writing:
+            return self._transact(f"ragindex.{group}.{inputs}", topic, records, group, consumed)
+
+    def _transact(
+        self,
+        transactional_id: str,
+        topic: str,
+        records: Sequence[tuple[int, bytes, bytes | None]],
+        group: str | None,
+        consumed: Mapping[tuple[str, int], int],
+    ) -> list[int]:
+        count = self._partition_counts.get(topic) or self.partitions(topic)
+        check_records(topic, records, count)
+        if not records and group is None:
+            return []
+        producer = self._producer(transactional_id)
+        offsets: list[int] = [-1] * len(records)
+        failures: list[KafkaError] = []
+
+        def delivered(index: int) -> Any:
+            def report(err: KafkaError | None, msg: Any) -> None:
+                if err is not None:
+                    failures.append(err)
+                else:
+                    offsets[index] = msg.offset()
+
+            return report
+
+        try:
+            producer.begin_transaction()
+            for i, (partition, key, value) in enumerate(records):
+                while True:
+                    try:
+                        producer.produce(
+                            topic,
+                            value=value,
+                            key=key,
+                            partition=partition,
+                            on_delivery=delivered(i),
+                        )
+                        break
+                    except BufferError:  # local queue full: let deliveries drain
+                        producer.poll(0.05)
+            if group is not None:
+                positions = [TopicPartition(t, p, o) for (t, p), o in consumed.items()]
+                producer.send_offsets_to_transaction(
+                    positions, self._group(group).consumer_group_metadata(), self.timeout_s
+                )
+            if producer.flush(self.timeout_s) or failures:
+                raise KafkaException(failures[0] if failures else KafkaError(KafkaError._TIMED_OUT))
+            self._commit_transaction(producer)
+        except KafkaException as e:
+            self._abort(transactional_id, producer)
+            error = _error_of(e)
+            if error is not None and error.code() in _FENCED:
+                raise WriterFenced(
+                    f"transactional id {transactional_id} was taken over by a newer writer: {e}"
+                ) from e
+            raise self._unavailable("commit the write (nothing of it is visible)", e) from e
+        self._await_stable(topic, records, offsets)
+        return offsets
+
+    def _commit_transaction(self, producer: Producer) -> None:
+        producer.commit_transaction(self.timeout_s)
+
+    def _abort(self, transactional_id: str, producer: Producer) -> None:
+        """Abort the open transaction; a producer that cannot (broker gone, fenced, a fatal
+        error) is dropped, and the next one's init_transactions aborts what it left open."""
+        try:
+            producer.abort_transaction(self.timeout_s)
+        except KafkaException:
+            self._producers.pop(transactional_id, None)
+
+    def truncate(self, topic: str, partition: int, before_offset: int) -> None:
+        end = self.end_offset(topic, partition)
+        if not isinstance(before_offset, int) or not 0 <= before_offset <= end:
+            raise InvalidInput(
+                f"cannot truncate {topic}/{partition} before {before_offset!r}: it ends at {end}"
+            )
+        if before_offset <= self.begin_offset(topic, partition):
+            return
+        tp = TopicPartition(topic, partition, before_offset)
+        try:
+            self._admin.delete_records([tp], request_timeout=self.timeout_s)[tp].result()
+        except KafkaException as e:
+            raise self._unavailable(f"truncate {topic}/{partition}", e) from e
+
+    # -- reads --------------------------------------------------------------------------------
+
+    def _watermarks(self, topic: str, partition: int) -> tuple[int, int]:
+        self._check_partition(topic, partition)
+        deadline = time.monotonic() + self.timeout_s
+        while True:  # the client is thread-safe; under read_committed `high` is the LSO
+            try:
+                low, high = self._offsets.get_watermark_offsets(
+                    TopicPartition(topic, partition), timeout=self.timeout_s, cached=False
+                )
+                return int(low), int(high)
+            except KafkaException as e:  # e.g. no leader yet for a new topic: retry, bounded
+                if time.monotonic() > deadline:
+                    raise self._unavailable(f"read the offsets of {topic}/{partition}", e) from e
+                time.sleep(0.1)
+
+    def _await_stable(
+        self, topic: str, records: Sequence[tuple[int, Any, Any]], offsets: list[int]
+    ) -> None:
+        """Return once readers can see the committed records: the commit markers are written
+        to the partitions just after `commit_transaction`, and the LSO moves past them."""
+        last: dict[int, int] = {}
+        for (partition, _, _), offset in zip(records, offsets, strict=True):
+            last[partition] = max(last.get(partition, -1), offset)
+        deadline = time.monotonic() + self.timeout_s
+        for partition, offset in last.items():  # committed already: never fail the write here
+            with contextlib.suppress(BackendUnavailable):
+                while self._watermarks(topic, partition)[1] <= offset:
+                    if time.monotonic() > deadline:
+                        return
+                    time.sleep(0.002)
+
+    def end_offset(self, topic: str, partition: int) -> int:
+        return self._watermarks(topic, partition)[1]
+
+    def begin_offset(self, topic: str, partition: int) -> int:
+        return self._watermarks(topic, partition)[0]
+
+    def committed(self, group: str, topic: str, partition: int) -> int:
+        self._check_partition(topic, partition)
+        consumer = self._group(group)
+        with self._writing:
+            try:
+                (tp,) = consumer.committed(
+                    [TopicPartition(topic, partition)], timeout=self.timeout_s
+                )
+            except KafkaException as e:
+                raise self._unavailable(f"read group {group}'s offsets", e) from e
+        return 0 if tp.offset == OFFSET_INVALID or tp.offset < 0 else int(tp.offset)
+
+    def read(
+        self,
+        topic: str,
+        partition: int,
+        from_offset: int,
+        *,
+        max_records: int = 1000,
+        timeout_s: float = 0.0,
+    ) -> list[LogRecord]:
+        if max_records < 1:
+            raise InvalidInput("max_records must be >= 1")
+        if not isinstance(from_offset, int) or from_offset < 0:
+            raise InvalidInput(f"from_offset must be an int >= 0, got {from_offset!r}")
+        self._check_partition(topic, partition)
+        reader = self._reader(topic, partition)
+        with reader.lock:
+            if reader.next_offset != from_offset:
+                reader.consumer.assign([TopicPartition(topic, partition, from_offset)])
+                reader.next_offset, reader.at_end = from_offset, False
+            return self._fetch(topic, partition, reader, max_records, timeout_s)
+
+    def _fetch(
+        self, topic: str, partition: int, reader: _Reader, max_records: int, timeout_s: float
+    ) -> list[LogRecord]:
+        """Records until `max_records` or the partition's end; at the end with none yet, wait
+        up to `timeout_s` for one. Getting to the end is bounded by the client timeout.
+
+        The end is known from the consumer's partition-EOF event, emitted once each time it
+        catches up; `at_end` remembers it across calls until a new record arrives, so a reader
+        polling at the end is answered at once (from what the background fetcher brought)."""
+        start = time.monotonic()
+        out: list[LogRecord] = []
+        polled = False
+        while len(out) < max_records:
+            now = time.monotonic()
+            if reader.at_end:
+                wait = start + timeout_s - now
+                if out or (polled and wait <= 0):
+                    break
+            else:
+                wait = start + self.timeout_s - now
+                if wait <= 0:
+                    reader.next_offset = -1  # unknown position: re-assign next time
+                    raise self._unavailable(f"read {topic}/{partition}", TimeoutError())
+            msg = reader.consumer.poll(max(0.0, min(wait, 0.5)))
+            polled = True
+            if msg is None:
+                continue
+            room = max_records - len(out) - 1
+            for m in [msg, *(reader.consumer.consume(room, 0) if room > 0 else [])]:
+                error, offset = m.error(), m.offset()
+                if error is None and offset is not None:
+                    out.append(LogRecord(partition, offset, m.key() or b"", m.value()))
+                    reader.next_offset, reader.at_end = offset + 1, False
+                elif error is None:
+                    continue
+                elif error.code() == KafkaError._PARTITION_EOF:
+                    reader.at_end = True
+                elif error.code() in _OUT_OF_RANGE:
+                    reader.next_offset = -1
+                    raise OffsetOutOfRange(
+                        f"{topic}/{partition}: offset out of range: {error.str()}; "
+                        "restart from a snapshot or the start"
+                    )
+                elif error.fatal():
+                    raise self._unavailable(f"read {topic}/{partition}", KafkaException(error))
+        return out
+
+    def close(self) -> None:
+        with self._writing, self._mutex:
+            for producer in self._producers.values():
+                producer.flush(0)
+            for reader in self._readers.values():
+                reader.consumer.close()
+            for consumer in self._groups.values():
+                consumer.close()
+            self._offsets.close()
+            self._producers.clear()
+            self._readers.clear()
+            self._groups.clear()

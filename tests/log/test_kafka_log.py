@@ -1,0 +1,181 @@
+"""The Kafka log against a real broker: the shared Log contract, plus zombie fencing and a
+broker outage (what only Kafka can show)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from unittest import mock
+
+import pytest
+
+from ragindex.errors import BackendUnavailable
+from ragindex.log import KafkaLog, WriterFenced
+from ragindex.log.kafka_server import SASL_USERNAME, KafkaServer
+from ragindex.protocols import Log
+
+from .contract import LogContract, read_all
+
+pytestmark = [pytest.mark.kafka]
+
+# Small segments and an eager cleaner, so the compaction test sees Kafka's log cleaner work.
+_FAST_COMPACTION = {
+    "segment.ms": "200",
+    "min.cleanable.dirty.ratio": "0.01",
+    "min.compaction.lag.ms": "0",
+    "delete.retention.ms": "3600000",
+}
+
+
+def _kafka_log(server: KafkaServer, timeout_s: float = 10.0) -> KafkaLog:
+    return KafkaLog(server.bootstrap, timeout_s=timeout_s, topic_config=_FAST_COMPACTION)
+
+
+class TestKafkaLogContract(LogContract):
+    @pytest.fixture
+    def log(self, kafka_server: KafkaServer) -> Iterator[Log]:
+        log = _kafka_log(kafka_server)
+        yield log
+        log.close()
+
+    @pytest.fixture
+    def reopen(self, kafka_server: KafkaServer) -> Callable[[Log], Log]:
+        def reopen(log: Log) -> Log:
+            log.close()
+            return _kafka_log(kafka_server)
+
+        return reopen
+
+    @pytest.fixture
+    def failing_commit(self) -> Callable[[Log], AbstractContextManager[object]]:
+        def failing(log: Log) -> AbstractContextManager[object]:
+            # The records are produced inside the transaction; committing it fails as when the
+            # coordinator is lost, so the transaction is aborted.
+            from confluent_kafka import KafkaError, KafkaException
+
+            error = KafkaException(KafkaError(KafkaError._TIMED_OUT, "injected"))
+            return mock.patch.object(
+                KafkaLog, "_commit_transaction", side_effect=error, autospec=True
+            )
+
+        return failing
+
+    @pytest.fixture
+    def force_compaction(self) -> Callable[[Log, str, int], None]:
+        def compact(log: Log, topic: str, partition: int) -> None:
+            # The active segment is never cleaned: roll it (segment.ms elapsed + one more
+            # record), then wait, bounded, until the cleaner dropped the oldest record.
+            time.sleep(0.5)
+            log.append(topic, [(partition, b"roll", b"x")])
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                if read_all(log, topic, partition)[0].offset > 0:
+                    return
+                time.sleep(0.5)
+                log.append(topic, [(partition, b"roll", b"x")])
+            raise AssertionError("Kafka's log cleaner did not compact within 60 s")
+
+        return compact
+
+
+def test_a_restarted_worker_fences_its_zombie(kafka_server: KafkaServer) -> None:
+    log = _kafka_log(kafka_server)
+    log.ensure_topic("fence.in", 1, compacted=True)
+    log.ensure_topic("fence.out", 1, compacted=True)
+    zombie, successor = _kafka_log(kafka_server), _kafka_log(kafka_server)
+    consumed = {("fence.in", 0): 1}
+    zombie.append_and_commit("fence.out", [(0, b"a", b"1")], group="w", consumed=consumed)
+    # Same group and input partition: the successor's init_transactions bumps the epoch.
+    successor.append_and_commit("fence.out", [(0, b"b", b"2")], group="w", consumed=consumed)
+    with pytest.raises(WriterFenced, match="newer writer"):
+        zombie.append_and_commit(
+            "fence.out", [(0, b"z", b"zombie")], group="w", consumed={("fence.in", 0): 9}
+        )
+    assert log.committed("w", "fence.in", 0) == 1
+    assert [r.key for r in read_all(log, "fence.out", 0)] == [b"a", b"b"]
+    for client in (log, zombie, successor):
+        client.close()
+
+
+def test_broker_down_is_unavailable_quickly_and_writes_resume(kafka_server: KafkaServer) -> None:
+    log = _kafka_log(kafka_server, timeout_s=3.0)
+    log.ensure_topic("outage", 1, compacted=False)
+    log.append("outage", [(0, b"before", b"1")])
+    log.append_and_commit("outage", [(0, b"work", b"1")], group="g", consumed={("outage", 0): 1})
+    kafka_server.stop_broker()
+    try:
+        started = time.monotonic()
+        with pytest.raises(BackendUnavailable, match="Kafka"):
+            log.append("outage", [(0, b"during", b"2")])
+        with pytest.raises(BackendUnavailable, match="nothing of it is visible"):
+            log.append_and_commit(
+                "outage", [(0, b"half", b"2")], group="g", consumed={("outage", 0): 2}
+            )
+        assert time.monotonic() - started < 60  # bounded by the client timeouts
+    finally:
+        kafka_server.start_broker()
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            log.append("outage", [(0, b"after", b"3")])
+            break
+        except BackendUnavailable:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1)
+    assert [r.key for r in read_all(log, "outage", 0)] == [b"before", b"work", b"after"]
+    assert log.committed("g", "outage", 0) == 1  # the failed transaction committed nothing
+    log.close()
+
+
+def test_an_open_transaction_is_invisible_to_readers(kafka_server: KafkaServer) -> None:
+    """read_committed: end_offset is the last stable offset, and records of a transaction
+    that is still open, then aborted, are never returned."""
+    from confluent_kafka import Producer
+
+    log = _kafka_log(kafka_server)
+    log.ensure_topic("lso", 1, compacted=False)
+    committed = log.append("lso", [(0, b"a", b"1")])
+    stable_end = log.end_offset("lso", 0)
+    other = Producer({"bootstrap.servers": kafka_server.bootstrap, "transactional.id": "lso"})
+    other.init_transactions(10)
+    other.begin_transaction()
+    other.produce("lso", key=b"open", value=b"x", partition=0)
+    other.flush(10)
+    assert log.end_offset("lso", 0) == stable_end
+    assert log.read("lso", 0, 0, timeout_s=0.5) == [read_all(log, "lso", 0)[0]]
+    other.abort_transaction(10)
+    later = log.append("lso", [(0, b"b", b"2")])
+    assert [(r.offset, r.key) for r in read_all(log, "lso", 0)] == [
+        (committed[0], b"a"),
+        (later[0], b"b"),
+    ]
+    log.close()
+
+
+def test_credentials_reach_a_scram_listener_and_wrong_ones_are_refused(
+    kafka_server: KafkaServer,
+) -> None:
+    """The operator's external mode: SASL username and password from the constructor."""
+    secure = KafkaLog(
+        kafka_server.sasl_bootstrap,
+        username=SASL_USERNAME,
+        password=kafka_server.sasl_password,
+        security_protocol="SASL_PLAINTEXT",
+        timeout_s=5.0,
+    )
+    secure.ensure_topic("sasl.t", 1, compacted=True)
+    offsets = secure.append("sasl.t", [(0, b"k", b"v")])
+    assert [r.offset for r in read_all(secure, "sasl.t", 0)] == offsets
+    secure.close()
+    wrong = KafkaLog(
+        kafka_server.sasl_bootstrap,
+        username=SASL_USERNAME,
+        password="not-the-password",
+        security_protocol="SASL_PLAINTEXT",
+        timeout_s=3.0,
+    )
+    with pytest.raises(BackendUnavailable, match=r"(?i)authentication"):
+        wrong.partitions("sasl.t")
+    wrong.close()
