@@ -59,7 +59,7 @@ def run(
         namespaces=list(namespaces),
         **peering_args(peering),
         liveness_endpoint=liveness_endpoint,
-        identity=operator_identity(),
+        identity=operator_identity(),  # type: ignore[arg-type]  # kopf's Identity is a NewType of str, not exported
     )
 
 
