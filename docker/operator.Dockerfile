@@ -23,6 +23,7 @@ COPY ragindex/ ragindex/
 COPY ingest/ ingest/
 COPY shards/ shards/
 COPY lexical/ lexical/
+COPY log/ log/
 COPY models/ models/
 COPY router/ router/
 COPY evals/ evals/

@@ -28,6 +28,7 @@ COPY --chown=ray:users ragindex/ ragindex/
 COPY --chown=ray:users ingest/ ingest/
 COPY --chown=ray:users shards/ shards/
 COPY --chown=ray:users lexical/ lexical/
+COPY --chown=ray:users log/ log/
 COPY --chown=ray:users models/ models/
 COPY --chown=ray:users router/ router/
 COPY --chown=ray:users evals/ evals/

@@ -149,8 +149,8 @@ PY
 
 dockerfile_image() {
   local image="$1" dockerfile="$2" key
-  key="$(inputs_hash "$dockerfile" .dockerignore requirements.lock pyproject.toml ragindex ingest \
-    shards lexical models router evals app operator)-$(docker image inspect -f '{{.Id}}' ragindex/base:bookworm | cut -c8-19)"
+  key="$(inputs_hash "$dockerfile" .dockerignore requirements.lock pyproject.toml \
+    $(python3 -c "import tomllib; print(' '.join(tomllib.load(open('pyproject.toml', 'rb'))['tool']['setuptools']['package-dir'].values()))"))-$(docker image inspect -f '{{.Id}}' ragindex/base:bookworm | cut -c8-19)"
   if fresh "$image" "$key"; then log "$image up to date"; return; fi
   local buildlog
   buildlog="$OUT/$(echo "${image%%:*}" | tr / -).build.log"
