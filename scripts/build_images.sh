@@ -183,4 +183,6 @@ fi
 if wanted operator; then timed "operator image" dockerfile_image ragindex/operator:dev docker/operator.Dockerfile; fi
 if wanted ray; then timed "ray image" dockerfile_image ragindex/ray:dev docker/ray.Dockerfile; fi
 if wanted kuberay; then timed "kuberay image" kuberay_image; fi
+# A rebuilt Ray image leaves its 7 GB predecessor dangling: drop what no tag names.
+docker image prune -f >/dev/null
 ls -l "$OUT"/*.tar
