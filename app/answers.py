@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
-from ragindex.config import RagIndexSpec
+from ragindex.config import GeneratorSpec, RagIndexSpec
 from ragindex.evals.answers import cranfield_cases, evaluate_answers, out_of_domain_cases
 from ragindex.evals.collections import Collection
 from ragindex.protocols import Embedder
@@ -23,10 +24,16 @@ def answer_service(spec: RagIndexSpec, query: QueryEngine, embedder: Embedder) -
         gen.backend,
         base_url=gen.base_url,
         model=gen.model,
-        api_key=os.environ.get(gen.api_key_env) if gen.api_key_env else None,
+        api_key=generator_api_key(gen, os.environ),
         timeout=gen.timeout_s,
     )
     return AnswerService(query, generator, embedder.count_tokens, embedder=embedder)
+
+
+def generator_api_key(gen: GeneratorSpec, environ: Mapping[str, str]) -> str | None:
+    """The generator's API key from its RAGINDEX_GENERATOR_* variable (the spec's pattern
+    allows no other name; the operator injects apiKeySecret as one); None when unset."""
+    return environ.get(gen.api_key_env) if gen.api_key_env else None
 
 
 def answer_eval(engine: Any, collection: Collection) -> dict[str, Any]:

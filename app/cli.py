@@ -18,9 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ragindex.errors import RagIndexError
 
 if TYPE_CHECKING:
-    from ragindex.app.engine import LocalEngine
     from ragindex.router.query import SearchResult
-    from ragindex.types import Document
 
 
 def _set_thread_defaults() -> None:
@@ -41,49 +39,48 @@ def _data_dir(args: argparse.Namespace) -> Path:
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
-    from ragindex.app.engine import LocalEngine, load_spec
+    from tqdm import tqdm
+
+    from ragindex.app.embedded import ingest_through_log
+    from ragindex.app.generations import serving_spec
     from ragindex.app.loading import documents_from_paths
+    from ragindex.models.embedder import load_embedder
 
     documents = documents_from_paths(args.paths, source=args.source)
-    engine = LocalEngine.open(_data_dir(args), load_spec(args.spec))
-    try:
-        totals = engine_ingest(engine, args.tenant, documents, batch=args.batch)
-    finally:
-        engine.close()
-    print(
-        f"ingested {len(documents)} documents for tenant {args.tenant}: "
-        f"{totals['added']} chunks added, {totals['unchanged']} unchanged, "
-        f"{totals['removed']} removed"
-    )
+    spec = serving_spec(_data_dir(args), args.spec)
+    with tqdm(total=len(documents), unit="doc", desc="ingest", file=sys.stderr) as bar:
+        ingest_through_log(
+            _data_dir(args),
+            spec,
+            load_embedder(spec.embedder),
+            args.tenant,
+            documents,
+            batch=args.batch,
+            progress=bar.update,
+        )
+    print(f"ingested {len(documents)} documents for tenant {args.tenant} through the log")
     return 0
 
 
-def engine_ingest(
-    engine: LocalEngine, tenant: str, documents: Sequence[Document], batch: int = 64
-) -> dict[str, int]:
-    """Ingest in batches with a progress bar; returns chunk totals."""
-    from tqdm import tqdm
-
-    totals = {"added": 0, "unchanged": 0, "removed": 0}
-    with tqdm(total=len(documents), unit="doc", desc="ingest", file=sys.stderr) as bar:
-        for start in range(0, len(documents), batch):
-            part = documents[start : start + batch]
-            for result in engine.ingest.upsert(tenant, part):
-                totals["added"] += result.added
-                totals["unchanged"] += result.unchanged
-                totals["removed"] += result.removed
-            bar.update(len(part))
-    return totals
-
-
 def cmd_search(args: argparse.Namespace) -> int:
-    from ragindex.app.engine import LocalEngine, load_spec
+    from ragindex.app.embedded import CLI_REPLICA
+    from ragindex.app.generations import serving_spec
+    from ragindex.app.serve.data_plane import DEFAULT_NAMESPACE, replica_dir
+    from ragindex.app.serve.query_side import LocalQuerySide
+    from ragindex.app.serve_cli import APP_NAME
 
-    engine = LocalEngine.open(_data_dir(args), load_spec(args.spec))
+    data_dir = _data_dir(args)
+    spec = serving_spec(data_dir, args.spec)
+    side = LocalQuerySide(
+        spec, data_dir, APP_NAME, DEFAULT_NAMESPACE, replica_dir(data_dir, spec, CLI_REPLICA, 0)
+    )
     try:
-        result = engine.query.search(args.tenant, args.query, k=args.k, mode=args.mode)
+        side.load_models()
+        if not side.try_open():
+            raise RagIndexError(f"nothing was ingested into {data_dir} yet")
+        result = side.search(args.tenant, args.query, args.k, args.mode, None)
     finally:
-        engine.close()
+        side.close()
     if args.json:
         print(json.dumps(result_to_json(result), indent=2))
         return 0
@@ -123,6 +120,38 @@ def print_hits(result: SearchResult) -> None:
         print(f"warning: {warning}")
 
 
+def cmd_reindex(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from ragindex.app.engine import load_spec
+    from ragindex.app.reindex import Reindex, rollback
+
+    data_dir = _data_dir(args)
+    if args.rollback:
+        report = rollback(data_dir)
+        print(f"rolled back: generation {report.generation} serves (was {report.previous})")
+        return 0
+    if args.spec is None:
+        raise RagIndexError("reindex needs --spec NEW (or --rollback)")
+    reindex = Reindex(data_dir, load_spec(args.spec))
+    try:
+        with tqdm(unit="doc", desc=f"backfill {reindex.generation}", file=sys.stderr) as bar:
+
+            def progress(consumed: int, total: int) -> None:
+                bar.total = total
+                bar.update(consumed - bar.n)
+
+            report = reindex.run(progress)
+    finally:
+        reindex.close()
+    counts = ", ".join(f"{t}: {n}" for t, n in sorted(report.documents.items()))
+    print(
+        f"generation {report.generation} serves (was {report.previous}); documents {counts};"
+        f" self-check {report.self_check_sampled} titles; {report.seconds:.1f} s"
+    )
+    return 0
+
+
 def cmd_render(args: argparse.Namespace) -> int:
     from ragindex.app.engine import load_spec
     from ragindex.serve_config import render_serve_config, to_yaml
@@ -132,6 +161,9 @@ def cmd_render(args: argparse.Namespace) -> int:
     )
     print(to_yaml(config), end="")
     return 0
+
+
+CHECK_HELP = "exit 1 when a goal of this benchmark is missed (CI uses it)"
 
 
 def _lazy(module: str, function: str) -> Callable[[argparse.Namespace], int]:
@@ -165,6 +197,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=int, default=64, help="documents per batch")
     p.set_defaults(run=cmd_ingest)
 
+    p = sub.add_parser(
+        "reindex",
+        help="build a new index generation from the log (new embedder, shards, HNSW build"
+        " or chunking) and switch to it when complete",
+    )
+    p.add_argument("--data-dir", type=Path, help="index data directory")
+    p.add_argument("--spec", type=Path, help="the new spec (YAML)")
+    p.add_argument("--rollback", action="store_true", help="switch back to the retained generation")
+    p.set_defaults(run=cmd_reindex)
+
     p = sub.add_parser("search", help="search a local index in-process")
     common(p)
     p.add_argument("query")
@@ -179,6 +221,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", type=Path, help="write the report as JSON")
     p.add_argument("--per-query", type=Path, help="write per-query results as JSON")
     p.add_argument("--answers", action="store_true", help="evaluate generated answers too")
+    p.add_argument(
+        "--split",
+        choices=["tune", "heldout", "all"],
+        default="all",
+        help="judged queries to score: the seeded tuning half, the held-out half, or all",
+    )
     p.set_defaults(run=_lazy("ragindex.app.eval_cli", "eval_command"))
 
     p = sub.add_parser("golden", help="golden-set helpers")
@@ -201,16 +249,34 @@ def build_parser() -> argparse.ArgumentParser:
     b = bench.add_parser("filtered", help="tenant-filtered dense recall and latency")
     b.add_argument("--vectors", type=int, default=100_000)
     b.add_argument("--json", type=Path)
+    b.add_argument("--check", action="store_true", help=CHECK_HELP)
+    scope = b.add_mutually_exclusive_group()
+    scope.add_argument(
+        "--acl",
+        action="store_true",
+        help="instead: ACLs allowing 0.1-100 %% of ONE tenant's vectors (recall vs exact)",
+    )
+    scope.add_argument(
+        "--metadata", action="store_true", help="the same with a metadata range filter"
+    )
+    b.add_argument("--queries", type=int, default=200)
     b.set_defaults(run=_lazy("ragindex.app.bench_cli", "bench_filtered_command"))
     b = bench.add_parser("serve", help="HTTP vs in-process search, freshness, ingest throughput")
     b.add_argument("--chunks", type=int, default=100_000)
     b.add_argument("--json", type=Path)
     b.add_argument("--data-dir", type=Path)
     b.add_argument("--port", type=int, default=8011)
+    b.add_argument("--check", action="store_true", help=CHECK_HELP)
     b.set_defaults(run=_lazy("ragindex.app.serve_cli", "bench_serve_command"))
+    b = bench.add_parser("backfill", help="generation backfill documents/s vs the raw embedder")
+    b.add_argument("--docs", type=int, default=500, help="Cranfield documents to replay")
+    b.add_argument("--spec", type=Path, help="RagIndex spec YAML (the embedder, chunking)")
+    b.add_argument("--json", type=Path)
+    b.set_defaults(run=_lazy("ragindex.app.bench_backfill", "bench_backfill_command"))
     b = bench.add_parser("bm25", help="BM25 on Elasticsearch vs the embedded backend")
     b.add_argument("--json", type=Path)
     b.add_argument("--synthetic", type=int, default=0, help="extra synthetic documents")
+    b.add_argument("--check", action="store_true", help=CHECK_HELP)
     b.set_defaults(run=_lazy("ragindex.app.bench_cli", "bench_bm25_command"))
     b = bench.add_parser("suite", help="every benchmark in one run: JSON, PNG plots, peers")
     b.add_argument("--json", type=Path, help="default docs/benchmarks.json")
@@ -220,6 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--serve-chunks", type=int, help="HTTP benchmark size (default --vectors)")
     b.add_argument("--threads", type=int, default=1, help="FAISS and torch threads")
     b.add_argument("--skip", action="append", choices=["es", "serve"], default=[])
+    b.add_argument("--check", action="store_true", help=CHECK_HELP)
     b.set_defaults(run=_lazy("ragindex.app.gate_cli", "bench_suite_command"))
 
     p = sub.add_parser("gate", help="release gate: Cranfield + benchmark ratios vs a baseline")
@@ -243,8 +310,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("token", help="API tokens")
     tokens = p.add_subparsers(dest="token_command", required=True)
-    t = tokens.add_parser("create", help="mint a token bound to one tenant")
+    t = tokens.add_parser("create", help="mint a token bound to one tenant and its principals")
     t.add_argument("--tenant", required=True)
+    t.add_argument(
+        "--principal",
+        action="append",
+        default=[],
+        help="user:<name>, group:<name> or role:<name> the token reads as (repeatable); without"
+        " any, the token reads only documents that have no ACL",
+    )
     t.add_argument("--data-dir", type=Path)
     t.set_defaults(run=_lazy("ragindex.app.serve_cli", "token_create_command"))
 

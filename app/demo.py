@@ -94,18 +94,18 @@ def demo_command(args: argparse.Namespace) -> int:
         _wait_ready(base, server)
         headers = {"Authorization": f"Bearer {token}"}
         with httpx.Client(base_url=base, headers=headers, timeout=300) as client:
-            added = 0
             with tqdm(total=len(documents), unit="doc", desc="ingest over HTTP") as bar:
                 for start in range(0, len(documents), BATCH):
                     batch = documents[start : start + BATCH]
                     response = client.post(
                         "/v1/documents",
                         json={"documents": [_doc_json(d) for d in batch]},
+                        params={"wait": "true", "wait_timeout_s": "60"},
                     )
                     response.raise_for_status()
-                    added += sum(r["added"] for r in response.json()["results"])
                     bar.update(len(batch))
-            print(f"{len(documents)} documents, {added} chunks added")
+            chunks = client.get("/v1/stats").json()["chunks"]
+            print(f"{len(documents)} documents in the log, {chunks} chunks searchable")
             for query in queries:
                 response = client.post(
                     "/v1/search", json={"query": query, "k": 5, "mode": "hybrid"}

@@ -26,7 +26,7 @@ from ragindex.config import RagIndexSpec
 from ragindex.errors import IdentityMismatch, InvalidInput
 from ragindex.ingest.pipeline import IngestPipeline
 from ragindex.ingest.store import ChunkStore
-from ragindex.lexical import TantivyIndex
+from ragindex.lexical import FieldBoosts, TantivyIndex
 from ragindex.lexical.elasticsearch_index import ElasticsearchIndex, make_client
 from ragindex.models.embedder import load_embedder
 from ragindex.models.reranker import load_reranker
@@ -72,8 +72,10 @@ def open_lexical(
     On Elasticsearch the concrete index is named after the embedder identity's fingerprint,
     so a new generation is built beside the old one and the alias stamps the identity too.
     """
+    boosts = FieldBoosts(title=spec.lexical.title_boost, body=spec.lexical.body_boost)
+    rm3 = spec.feedback.rm3
     if spec.lexical.backend == "embedded":
-        return TantivyIndex.open(data_dir / "lexical", read_only=read_only)
+        return TantivyIndex.open(data_dir / "lexical", read_only=read_only, boosts=boosts, rm3=rm3)
     if not spec.lexical.elasticsearch_url:
         raise InvalidInput(
             "lexical.backend is elasticsearch but lexical.elasticsearchUrl is not set"
@@ -87,6 +89,8 @@ def open_lexical(
         generation=identity.fingerprint(),
         timeout_s=spec.lexical.request_timeout_s,
         refresh_interval_s=min(1.0, spec.freshness_s),
+        boosts=boosts,
+        rm3=rm3,
     )
 
 
@@ -146,6 +150,7 @@ class LocalEngine:
         )
         lexical = open_lexical(spec, data_dir, embedder.identity)
         store = ChunkStore(data_dir / "store.sqlite")
+        dense.resolve_access = store.allowed_ids
         reranker = load_reranker(spec.reranker) if spec.reranker.enabled else None
         return cls(
             spec=spec,
@@ -164,6 +169,7 @@ class LocalEngine:
                 lexical_spec=spec.lexical,
                 reranker=reranker,
                 reranker_spec=spec.reranker,
+                rocchio=spec.feedback.rocchio,
             ),
         )
 

@@ -7,9 +7,12 @@ re-ingests nothing (the manifest finds every chunk unchanged) and only replays t
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
+import time
 from pathlib import Path
+from typing import Any
 
 from ragindex.app.engine import LocalEngine, load_spec
 from ragindex.app.loading import cranfield_dir
@@ -17,7 +20,8 @@ from ragindex.config import RagIndexSpec
 from ragindex.errors import InvalidInput
 from ragindex.evals.collections import Collection, cranfield_to_beir, load_collection
 from ragindex.evals.golden import add_judged_query
-from ragindex.evals.runner import evaluate, ingest_collection
+from ragindex.evals.runner import EvalReport, evaluate, ingest_collection
+from ragindex.evals.split import restrict
 from ragindex.hashing import content_hash
 from ragindex.types import Document
 
@@ -37,29 +41,67 @@ def resolve_collection(name: str) -> Collection:
     return load_collection(cranfield_dir() if name == "cranfield" else Path(name))
 
 
+# The code that decides what an index holds: a change to any of these makes a cached index
+# stale, so the cache key carries a hash of their source as well as the spec.
+INDEX_SHAPING_MODULES = (
+    "ragindex.evals.collections",
+    "ragindex.ingest.parsers",
+    "ragindex.ingest.chunkers",
+    "ragindex.ingest.pipeline",
+    "ragindex.lexical.analysis",
+    "ragindex.lexical.documents",
+    "ragindex.lexical.tantivy_index",
+    "ragindex.models.embedder",
+    "ragindex.shards.partition",
+)
+
+
+def index_code_fingerprint() -> str:
+    """A hash of the source of INDEX_SHAPING_MODULES (chunking, passage text, analyzers,
+    the embedder wrapper, how vectors are stored)."""
+    sources = []
+    for name in INDEX_SHAPING_MODULES:
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.origin is None:
+            raise InvalidInput(f"cannot find the source of {name} to fingerprint it")
+        sources.append(f"{name}\n{Path(spec.origin).read_text(encoding='utf-8')}")
+    return content_hash("\n".join(sources))[:16]
+
+
 def eval_data_dir(collection: Collection, spec: RagIndexSpec) -> Path:
-    key = content_hash(json.dumps(spec.model_dump(mode="json"), sort_keys=True))[:10]
+    """The cached index of a collection, keyed by the spec and the index-shaping code."""
+    spec_json = json.dumps(spec.model_dump(mode="json"), sort_keys=True)
+    key = content_hash(f"{spec_json}\n{index_code_fingerprint()}")[:10]
     return cache_dir() / "eval" / f"{collection.name}-{key}"
 
 
 def run_eval(
-    collection: Collection, spec: RagIndexSpec, data_dir: Path
-) -> tuple[LocalEngine, dict[str, object], object]:
-    """Ingest (incrementally) and evaluate every configured leg; returns engine, JSON, report."""
+    collection: Collection, spec: RagIndexSpec, data_dir: Path, split: str = "all"
+) -> tuple[LocalEngine, dict[str, Any], EvalReport]:
+    """Ingest (incrementally) the whole corpus and evaluate every configured leg on one split
+    of the judged queries (evals.split); returns engine, JSON, report. Each leg's JSON also
+    carries its mean in-process latency per query (`ms_per_query`)."""
     engine = LocalEngine.open(data_dir, spec)
+    spent_ms: dict[str, float] = {}
 
     def ingest(tenant: str, documents: list[Document]) -> None:
         engine.ingest.upsert(tenant, documents)
 
     def search(tenant: str, query: str, k: int, leg: str) -> list[tuple[str, str]]:
         mode, rerank = LEG_MODES[leg]
+        start = time.perf_counter()
         result = engine.query.search(tenant, query, k=k, mode=mode, rerank=rerank)
+        spent_ms[leg] = spent_ms.get(leg, 0.0) + (time.perf_counter() - start) * 1000
         return [(h.chunk.chunk_id, h.chunk.doc_id) for h in result.hits]
 
     summary = ingest_collection(collection, ingest)
     legs = ("bm25", "dense", "hybrid") + (("rerank",) if spec.reranker.enabled else ())
-    report = evaluate(collection, search, legs=legs, k=100)
+    scored = restrict(collection, split)
+    report = evaluate(scored, search, legs=legs, k=100)
     payload = report.to_json()
+    for leg, rep in report.legs.items():
+        payload[leg]["ms_per_query"] = round(spent_ms[leg] / len(rep.per_query), 3)
+    payload["split"] = split
     payload["collection"] = collection.name
     payload["documents"] = summary.documents
     payload["skipped_empty"] = summary.skipped_empty
@@ -70,11 +112,11 @@ def eval_command(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec)
     collection = resolve_collection(args.collection)
     data_dir = args.data_dir or eval_data_dir(collection, spec)
-    engine, payload, report = run_eval(collection, spec, data_dir)
+    engine, payload, report = run_eval(collection, spec, data_dir, args.split)
     try:
-        print(report.table())  # type: ignore[attr-defined]
+        print(report.table())
         if args.per_query:
-            report.write_per_query(args.per_query)  # type: ignore[attr-defined]
+            report.write_per_query(args.per_query)
         if args.answers:
             from ragindex.app.answers import answer_eval
 

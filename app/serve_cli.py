@@ -3,6 +3,12 @@
 `serve` starts a local Ray (2 CPUs, dashboard on 127.0.0.1:8265 so Serve's REST API works;
 `RAGINDEX_DASHBOARD_PORT` moves it) and the application on 127.0.0.1, then waits for
 SIGINT/SIGTERM and shuts Serve and Ray down.
+
+Ray's control plane runs with token authentication: Ray's internal processes listen on every
+interface (FIELD-NOTES), and without a token anyone who reaches them can run code as this
+user and read every tenant's data. The token is generated once into the data directory
+(`ray_auth_token`, mode 0600); `ray job submit` and the dashboard need it
+(`RAY_AUTH_TOKEN_PATH=<data-dir>/ray_auth_token`).
 """
 
 from __future__ import annotations
@@ -10,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import secrets
 import signal
 import sys
 from collections.abc import Callable
@@ -22,6 +29,7 @@ from ragindex.router.auth import create_token
 APP_NAME = "ragindex"
 RAY_CPUS = 2
 DASHBOARD_PORT = 8265
+RAY_TOKEN_FILE = "ray_auth_token"
 
 
 def dashboard_port() -> int:
@@ -37,9 +45,29 @@ def dashboard_port() -> int:
     return port
 
 
-def ray_environment() -> dict[str, str]:
-    """Environment for an offline local Ray (FIELD-NOTES: usage stats and auth off)."""
-    return {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
+def ensure_ray_token(data_dir: Path) -> Path:
+    """The data directory's Ray token file, created (0600, 256 random bits) when missing."""
+    path = data_dir / RAY_TOKEN_FILE
+    data_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        if not path.read_text().strip():
+            raise InvalidInput(f"{path} is empty: delete it to have a new token made") from None
+        return path
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_hex(32))
+    return path
+
+
+def ray_environment(data_dir: Path) -> dict[str, str]:
+    """Environment for an offline local Ray with token authentication, the token in the data
+    directory (FIELD-NOTES: usage stats off; the token file must exist before ray.init)."""
+    return {
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN_PATH": str(ensure_ray_token(data_dir)),
+    }
 
 
 def app_args(data_dir: Path, spec_json: dict[str, Any]) -> dict[str, Any]:
@@ -48,9 +76,11 @@ def app_args(data_dir: Path, spec_json: dict[str, Any]) -> dict[str, Any]:
 
 
 def _load_spec(args: argparse.Namespace) -> Any:
-    from ragindex.app.engine import load_spec
+    from ragindex.app.generations import ensure_record, serving_spec
 
-    return load_spec(getattr(args, "spec", None))
+    spec = serving_spec(Path(args.data_dir), getattr(args, "spec", None))
+    ensure_record(Path(args.data_dir), spec)
+    return spec
 
 
 class Shutdown(BaseException):
@@ -73,13 +103,15 @@ def start_local(
     `on_ray_started` runs right after `ray.init`, which replaces the process's SIGTERM handler
     with one that dies on the spot; callers re-install theirs there.
     """
-    os.environ.update(ray_environment())
+    os.environ.pop("RAY_AUTH_TOKEN", None)  # would win over the data directory's token file
+    os.environ.update(ray_environment(data_dir))
     import ray
     from ray import serve
 
-    from ragindex.app.serve_app import build_app
+    from ragindex.app.serve import build_app
 
     ray.init(
+        address="local",  # a new Ray of our own, never another user's `ray start` cluster
         num_cpus=RAY_CPUS,
         include_dashboard=True,
         dashboard_host="127.0.0.1",
@@ -133,10 +165,14 @@ def serve_command(args: argparse.Namespace) -> int:
 
 
 def token_create_command(args: argparse.Namespace) -> int:
-    """Mint a token bound to one tenant; the token is the last line printed."""
+    """Mint a token bound to one tenant and its principals; the token is the last line printed."""
     data_dir = Path(args.data_dir).resolve()
-    token = create_token(data_dir, args.tenant)
-    print(f"token for tenant {args.tenant!r} (stored hashed in {data_dir}/tokens.json):")
+    token = create_token(data_dir, args.tenant, args.principal)
+    principals = ", ".join(sorted(set(args.principal))) or "none: documents without an ACL only"
+    print(
+        f"token for tenant {args.tenant!r}, principals {principals}"
+        f" (stored hashed in {data_dir}/tokens.json):"
+    )
     print(token)
     return 0
 
@@ -154,4 +190,4 @@ def bench_serve_command(args: argparse.Namespace) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
         print(f"wrote {args.json}", file=sys.stderr)
-    return 0
+    return 1 if getattr(args, "check", False) and report["missed_goals"] else 0

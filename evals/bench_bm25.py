@@ -27,6 +27,7 @@ from ragindex.evals.collections import Collection, CorpusDoc
 from ragindex.evals.runner import DEFAULT_TENANT, evaluate
 from ragindex.ingest.store import ChunkStore
 from ragindex.lexical.analysis import analyze
+from ragindex.measure import percentiles, text_table
 from ragindex.protocols import LexicalIndex
 from ragindex.router.query import QueryEngine
 
@@ -78,17 +79,6 @@ def copy_chunks(store: ChunkStore, tenant_id: str, target: LexicalIndex) -> int:
         found = store.get_chunks(tenant_id, part)
         target.upsert([found[cid] for cid in part if cid in found])
     return len(ids)
-
-
-def percentiles(samples_ms: Sequence[float]) -> dict[str, float]:
-    """p50/p99 in ms and the sample count."""
-    if not samples_ms:
-        raise InvalidInput("no latency samples")
-    return {
-        "p50_ms": round(float(np.percentile(samples_ms, 50)), 3),
-        "p99_ms": round(float(np.percentile(samples_ms, 99)), 3),
-        "searches": len(samples_ms),
-    }
 
 
 def time_searches(
@@ -230,11 +220,6 @@ def bm25_table(result: Mapping[str, Any]) -> str:
         for leg in ("bm25", "hybrid")
         for name in BACKENDS
     ]
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    lines = [
-        "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
-        for r in [header, *rows]
-    ]
     ratios = ", ".join(
         f"{k} {v:.2f}x" if v is not None else f"{k} n/a"
         for k, v in result["elasticsearch_over_tantivy"].items()
@@ -243,7 +228,7 @@ def bm25_table(result: Mapping[str, Any]) -> str:
         [
             f"{result['collection']}: {result['documents']} documents, {result['chunks']} chunks,"
             f" {result['queries']} queries x {result['repeats']}; BM25 top-{result['top_k']}",
-            *lines,
+            text_table(header, rows),
             f"BM25 nDCG@10 |ES - tantivy| = {result['bm25_ndcg@10_abs_diff']:.4f}"
             f" ({'within' if result['bm25_ndcg@10_within_0.01'] else 'NOT within'} 0.01)",
             f"Elasticsearch / tantivy: {ratios}",

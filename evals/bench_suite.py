@@ -28,15 +28,18 @@ import numpy as np
 
 from ragindex.config import DenseSpec, HnswSpec
 from ragindex.errors import InvalidInput
-from ragindex.evals.runner import IngestFn
+from ragindex.evals.collections import Collection
+from ragindex.evals.runner import IngestFn, evaluate
+from ragindex.measure import percentiles
 from ragindex.protocols import Vectors
-from ragindex.router.query import QueryEngine
+from ragindex.router.query import QueryEngine, SearchResult
 from ragindex.shards.bench import TopicModel
 from ragindex.shards.replica import ShardReplica
 from ragindex.shards.sharded import ShardedDenseIndex, shard_dir
 from ragindex.types import Document, ModelIdentity
 
 DEFAULT_EF = (4, 8, 16, 32, 64, 128, 256)
+WARMUP_QUERIES = 10  # run untimed first, and left out of the timed set
 BENCH_TENANT = "bench"
 _UPSERT_BATCH = 5_000
 _VERSIONED = (
@@ -85,42 +88,94 @@ def set_threads(threads: int) -> None:
     torch.set_num_threads(threads)
 
 
-def percentiles(samples_ms: Sequence[float]) -> dict[str, float]:
-    """p50/p99 in milliseconds of a non-empty sample, and its size."""
-    if not samples_ms:
-        raise InvalidInput("no latency samples")
-    return {
-        "p50_ms": round(float(np.percentile(samples_ms, 50)), 4),
-        "p99_ms": round(float(np.percentile(samples_ms, 99)), 4),
-        "samples": len(samples_ms),
-    }
+StageFloor = Callable[[str, Vectors, SearchResult], object]
+GATE_WARMUP_QUERIES = 25
 
 
-def paired_ratio(
-    numerator: Callable[[Any], object],
-    denominator: Callable[[Any], object],
-    inputs: Sequence[Any],
-    repeats: int = 3,
-) -> dict[str, float]:
-    """p50(numerator) / p50(denominator), timed alternately input by input after a warm-up."""
-    if not inputs or repeats < 1:
-        raise InvalidInput("paired_ratio needs inputs and repeats >= 1")
-    for x in inputs[: min(10, len(inputs))]:
-        numerator(x)
-        denominator(x)
-    num: list[float] = []
-    den: list[float] = []
-    for _ in range(repeats):
-        for x in inputs:
-            for fn, out in ((numerator, num), (denominator, den)):
+def stage_ratios(
+    engine: QueryEngine,
+    tenant: str,
+    queries: Sequence[str],
+    floors: Mapping[str, StageFloor],
+    repeats: int = 2,
+    warmup: int = GATE_WARMUP_QUERIES,
+    k: int = 10,
+) -> dict[str, dict[str, float]]:
+    """Each named stage of hybrid search (the engine's own `timings_ms`) as a ratio of its p50
+    to the p50 of its floor: the same work done by the library alone (FAISS, tantivy, SQLite,
+    the model), given the query, its vector and the engine's result. Stage and floors are timed
+    query by query in turn, so load from other processes hits both sides alike; a slower
+    stage raises its own ratio and no other. The first `warmup` queries are run untimed and
+    left out of the timed set."""
+    if repeats < 1 or not floors:
+        raise InvalidInput("stage_ratios needs floors and repeats >= 1")
+    if len(queries) <= warmup:
+        raise InvalidInput(f"need more than {warmup} queries (the warm-up), got {len(queries)}")
+    vectors = engine.embedder.embed_queries(list(queries))
+    stage_ms: dict[str, list[float]] = {s: [] for s in floors}
+    floor_ms: dict[str, list[float]] = {s: [] for s in floors}
+    for rnd in range(repeats + 1):
+        timed = rnd > 0
+        for i in range(warmup, len(queries)) if timed else range(warmup):
+            q, v = queries[i], vectors[i : i + 1]
+            result = engine.search(tenant, q, k=k, mode="hybrid", rerank=False)
+            for stage, floor in floors.items():
                 start = time.perf_counter()
-                fn(x)
-                out.append((time.perf_counter() - start) * 1000)
-    p_num, p_den = float(np.median(num)), float(np.median(den))
+                floor(q, v, result)
+                if timed:
+                    floor_ms[stage].append((time.perf_counter() - start) * 1000)
+                    stage_ms[stage].append(result.timings_ms[stage])
+    out = {}
+    for stage in floors:
+        p_stage, p_floor = float(np.median(stage_ms[stage])), float(np.median(floor_ms[stage]))
+        out[stage] = {
+            "ratio": round(p_stage / p_floor, 4),
+            "stage_p50_ms": round(p_stage, 4),
+            "floor_p50_ms": round(p_floor, 4),
+            "samples": len(stage_ms[stage]),
+        }
+    return out
+
+
+def hnsw_leg(
+    collection: Collection,
+    exact: QueryEngine,
+    vectors: Mapping[str, tuple[list[str], Vectors]],
+    dense: DenseSpec,
+    root: Path,
+    k: int = 100,
+) -> dict[str, Any]:
+    """The collection's dense leg again with every tenant in HNSW (exact_threshold 0) at the
+    spec's efSearch, built from the same vectors (`{tenant: (chunk ids, vectors)}`): its
+    quality, and recall@10 of its served top-10 against the exact leg's."""
+    index = ShardedDenseIndex.open(root, exact.embedder.identity, dense.shards, dense.hnsw, 0)
+    try:
+        for tenant, (ids, vecs) in vectors.items():
+            for b in range(0, len(ids), _UPSERT_BATCH):
+                index.upsert(tenant, ids[b : b + _UPSERT_BATCH], vecs[b : b + _UPSERT_BATCH])
+        kinds = sorted({kind for tenant in vectors for kind in index.kinds(tenant)})
+        hnsw = QueryEngine(
+            exact.embedder, index, exact.lexical, exact.chunks, exact.fusion, exact.lexical_spec
+        )
+        recalls: list[float] = []
+
+        def search(tenant: str, query: str, depth: int, _leg: str) -> list[tuple[str, str]]:
+            hits = hnsw.search(tenant, query, k=depth, mode="dense", rerank=False).hits
+            truth = exact.search(tenant, query, k=10, mode="dense", rerank=False).hits
+            want = {h.chunk.chunk_id for h in truth}
+            got = {h.chunk.chunk_id for h in hits[:10]}
+            recalls.append(len(want & got) / len(want) if want else 1.0)
+            return [(h.chunk.chunk_id, h.chunk.doc_id) for h in hits]
+
+        report = evaluate(collection, search, legs=("dense",), k=k).to_json()["dense"]
+    finally:
+        index.close(snapshot=False)
     return {
-        "ratio": round(p_num / p_den, 4),
-        "numerator_p50_ms": round(p_num, 4),
-        "denominator_p50_ms": round(p_den, 4),
+        "ndcg@10": report["ndcg@10"],
+        "recall@100": report["recall@100"],
+        "recall@10_vs_exact": round(float(np.mean(recalls)), 4),
+        "kinds": kinds,
+        "ef_search": dense.hnsw.ef_search,
     }
 
 
@@ -198,10 +253,14 @@ def _recall(found: Iterable[str], truth: set[int]) -> float:
 def _time_recall(
     search: Callable[[Vectors], list[str]], queries: Vectors, truth: list[set[int]]
 ) -> dict[str, float]:
-    for q in queries[:10]:
+    """Recall and latency over the queries after the first WARMUP_QUERIES, which are run
+    untimed to warm caches and never timed."""
+    if len(queries) <= WARMUP_QUERIES:
+        raise InvalidInput(f"need more than {WARMUP_QUERIES} queries (the warm-up)")
+    for q in queries[:WARMUP_QUERIES]:
         search(q[None, :])
     latencies, recalls = [], []
-    for q, t in zip(queries, truth, strict=True):
+    for q, t in zip(queries[WARMUP_QUERIES:], truth[WARMUP_QUERIES:], strict=True):
         start = time.perf_counter()
         found = search(q[None, :])
         latencies.append((time.perf_counter() - start) * 1000)
@@ -243,7 +302,8 @@ def ef_sweep(
     return {
         "vectors": len(vectors),
         "dim": int(vectors.shape[1]),
-        "queries": len(queries),
+        "queries": len(queries) - WARMUP_QUERIES,
+        "warmup_queries": WARMUP_QUERIES,
         "shards": dense.shards,
         "m": dense.hnsw.m,
         "ef_construction": dense.hnsw.ef_construction,
@@ -251,32 +311,6 @@ def ef_sweep(
         "points": points,
         "exact": _time_recall(exact, queries, truth),
     }
-
-
-def ann_check(
-    dense: DenseSpec, vectors: int = 5_000, queries: int = 100, seed: int = 0, top_k: int = 10
-) -> dict[str, Any]:
-    """The gate's dense check: recall@10 of the spec's HNSW (forced) against exact search on
-    synthetic vectors, and the HNSW / exact latency ratio of the same shards."""
-    import faiss
-
-    data, qs = synthetic_vectors(vectors, queries, seed=seed)
-    truth = exact_top_k(data, qs, top_k)
-    identity = ModelIdentity("bench-topic-model", "synthetic", data.shape[1], normalized=True)
-    flat = faiss.IndexFlatIP(data.shape[1])
-    flat.add(data)
-    with tempfile.TemporaryDirectory(prefix="ragindex-ann-") as tmp:
-        build_dense(Path(tmp), data, dense, identity)
-        shards = ShardSet(Path(tmp), dense.shards, dense.hnsw, identity)
-        recalls = [
-            _recall(shards.search(q[None, :], top_k), t) for q, t in zip(qs, truth, strict=True)
-        ]
-        ratio = paired_ratio(
-            lambda q: shards.search(q[None, :], top_k),
-            lambda q: flat.search(q[None, :], top_k),
-            list(qs),
-        )
-    return {"recall@10": round(float(np.mean(recalls)), 4), "hnsw_over_exact_p50": ratio}
 
 
 def stage_latency(
@@ -289,10 +323,11 @@ def stage_latency(
     """Per-stage p50/p99 of hybrid searches through the query path (the engine's own
     `timings_ms`), the whole search, and, when given, each dense shard searched alone with the
     same query vector and candidate depth."""
-    if not queries:
-        raise InvalidInput("stage_latency needs queries")
-    for q in queries[:10]:
+    if len(queries) <= WARMUP_QUERIES:
+        raise InvalidInput(f"stage_latency needs more than {WARMUP_QUERIES} queries")
+    for q in queries[:WARMUP_QUERIES]:
         engine.search(tenant, q, k=k, mode="hybrid")
+    queries = queries[WARMUP_QUERIES:]
     stages: dict[str, list[float]] = {}
     total: list[float] = []
     for q in queries:

@@ -93,7 +93,7 @@ def _tenant_problem(tenant: object) -> str | None:
 
 
 def _doc_id_problem(doc_id: object) -> str | None:
-    if not isinstance(doc_id, str) or not ID_PART_RE.match(doc_id):
+    if not isinstance(doc_id, str) or not ID_PART_RE.fullmatch(doc_id):
         return (
             f"document id {doc_id!r} is malformed: 1-256 characters without whitespace,"
             " ':' or '/' (it becomes a ragindex doc_id)"
@@ -136,7 +136,7 @@ def judgment_problem(
 
 
 def _collection_problem(c: Collection) -> str | None:
-    if not isinstance(c.name, str) or not ID_PART_RE.match(c.name):
+    if not isinstance(c.name, str) or not ID_PART_RE.fullmatch(c.name):
         return "name must be 1-256 characters without whitespace, ':' or '/' (it is the source)"
     if not c.corpus:
         return "corpus is empty"

@@ -23,10 +23,11 @@ from typing import Any
 from ragindex.errors import InvalidInput
 from ragindex.evals.collections import Collection
 from ragindex.evals.metrics import STANDARD_METRICS, mean_scores, parse_metric, score_query
+from ragindex.measure import text_table
 from ragindex.types import Document, validate_tenant
 
 SearchFn = Callable[[str, str, int, str], Sequence[tuple[str, str]]]
-IngestFn = Callable[[str, list[Document]], None]
+IngestFn = Callable[[str, list[Document]], object]  # what it returns is not used
 
 LEGS = ("bm25", "dense", "hybrid", "rerank")
 DEFAULT_LEGS = ("bm25", "dense", "hybrid")
@@ -94,12 +95,7 @@ class EvalReport:
             [leg, *(f"{rep.means[m]:.4f}" for m in self.metrics), str(len(rep.per_query))]
             for leg, rep in self.legs.items()
         ]
-        widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-        lines = [
-            "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip()
-            for r in [header, *rows]
-        ]
-        return "\n".join([f"{self.collection} (k={self.k})", *lines, *self.notes])
+        return "\n".join([f"{self.collection} (k={self.k})", text_table(header, rows), *self.notes])
 
     def write_per_query(self, path: str | os.PathLike[str]) -> Path:
         """One JSON line per (leg, query): its scores, foreign hits and top-10 documents."""

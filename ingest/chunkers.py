@@ -16,6 +16,7 @@ model can see (`limit`), so no chunk is silently truncated at embedding time.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -44,9 +45,11 @@ def token_budget(spec: ChunkingSpec, limit: int | None = None) -> int:
     return min(spec.max_tokens, limit)
 
 
-def chunk_hash(title: str, text: str, context: str | None) -> str:
-    """Hash of everything indexed for a chunk: a change to any of it re-embeds the chunk."""
-    return content_hash(f"{title}\x1f{context or ''}\x1f{text}")
+def chunk_hash(title: str, text: str, context: str | None, doc: Document | None = None) -> str:
+    """Hash of everything indexed for a chunk: a change to any of it re-embeds the chunk.
+    The document's ACL, metadata and `updated` count too: every view must see a new ACL."""
+    attrs = "" if doc is None else json.dumps([doc.acl, doc.metadata, doc.updated], sort_keys=True)
+    return content_hash(f"{title}\x1f{context or ''}\x1f{text}\x1f{attrs}")
 
 
 @dataclass(frozen=True)
@@ -270,10 +273,11 @@ def chunk_document(
             n=n,
             title=doc.title,
             text=text,
-            content_hash=chunk_hash(doc.title, text, context),
+            content_hash=chunk_hash(doc.title, text, context, doc),
             context=context,
             updated=doc.updated,
             metadata={**doc.metadata, "headings": list(path)},
+            acl=doc.acl,
         )
         for n, (text, path, context) in enumerate(pieces)
     ]

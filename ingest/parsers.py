@@ -23,7 +23,10 @@ MARKDOWN_SUFFIXES = (".md", ".markdown")
 TEXT_SUFFIXES = (".txt", ".text")
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
 
-_HEADING = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.*?)[ \t#]*$")
+# Every pattern is anchored at the line start with bounded or possessive-free repeats that
+# cannot backtrack over the line: a lazy `(.*?)[ \t#]*$` once made one 80 k-character heading
+# line cost 23 s (quadratic). The heading's title is cut with str methods instead.
+_HEADING = re.compile(r" {0,3}(#{1,6})[ \t]")
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 _LIST_ITEM = re.compile(r"^ {0,3}(?:[-*+]|\d{1,9}[.)])[ \t]+\S")
 _TABLE_ROW = re.compile(r"^ {0,3}\|")
@@ -46,10 +49,8 @@ def parse_markdown(text: str) -> list[Block]:
     lines = text.splitlines()
     blocks: list[Block] = []
     path: list[tuple[int, str]] = []  # (level, title) of the enclosing headings
+    titles: tuple[str, ...] = ()  # their titles, rebuilt only when a heading changes them
     i = 0
-
-    def headings() -> tuple[str, ...]:
-        return tuple(title for _, title in path)
 
     def take(start: int, keep: Any) -> int:
         end = start
@@ -63,11 +64,12 @@ def parse_markdown(text: str) -> list[Block]:
             i += 1
             continue
         if heading := _HEADING.match(line):
-            level, title = len(heading.group(1)), heading.group(2).strip()
+            level, title = len(heading.group(1)), line[heading.end() :].rstrip(" \t#").strip()
             while path and path[-1][0] >= level:
                 path.pop()
             path.append((level, title))
-            blocks.append(Block("heading", line.strip(), headings()))
+            titles = tuple(t for _, t in path)
+            blocks.append(Block("heading", line.strip(), titles))
             i += 1
         elif fence := _FENCE.match(line):
             marker = fence.group(1)
@@ -75,11 +77,11 @@ def parse_markdown(text: str) -> list[Block]:
             while end < len(lines) and not lines[end].lstrip().startswith(marker):
                 end += 1
             end = min(end + 1, len(lines))
-            blocks.append(Block("code", "\n".join(lines[i:end]), headings()))
+            blocks.append(Block("code", "\n".join(lines[i:end]), titles))
             i = end
         elif _TABLE_ROW.match(line):
             end = take(i, lambda s: bool(_TABLE_ROW.match(s)))
-            blocks.append(Block("table", "\n".join(lines[i:end]), headings()))
+            blocks.append(Block("table", "\n".join(lines[i:end]), titles))
             i = end
         elif _LIST_ITEM.match(line):
             # Items and their indented continuations; a blank line inside the list is kept
@@ -94,7 +96,7 @@ def parse_markdown(text: str) -> list[Block]:
                 )
             ):
                 end += 1
-            blocks.append(Block("list", "\n".join(lines[i:end]).strip("\n"), headings()))
+            blocks.append(Block("list", "\n".join(lines[i:end]).strip("\n"), titles))
             i = end
         else:
             end = take(
@@ -105,7 +107,7 @@ def parse_markdown(text: str) -> list[Block]:
                 ),
             )
             end = max(end, i + 1)
-            blocks.append(Block("paragraph", "\n".join(lines[i:end]), headings()))
+            blocks.append(Block("paragraph", "\n".join(lines[i:end]), titles))
             i = end
     return blocks
 
@@ -147,7 +149,9 @@ def document_from_mapping(obj: object, where: str, default_source: str | None = 
     missing = [f for f in ("source", "doc_id", "text") if f not in fields]
     if missing:
         raise InvalidInput(f"{where}: missing field(s) {', '.join(missing)}")
-    unknown = sorted(set(fields) - {"source", "doc_id", "title", "text", "updated", "metadata"})
+    unknown = sorted(
+        set(fields) - {"source", "doc_id", "title", "text", "updated", "metadata", "acl"}
+    )
     if unknown:
         raise InvalidInput(f"{where}: unknown field(s) {', '.join(unknown)}")
     text = fields["text"]
@@ -164,6 +168,7 @@ def document_from_mapping(obj: object, where: str, default_source: str | None = 
             text=text,
             updated=updated,
             metadata=fields.get("metadata") or {},
+            acl=fields.get("acl"),
         )
     except InvalidInput as exc:
         raise InvalidInput(f"{where}: {exc}") from None

@@ -9,7 +9,6 @@ Order matters for both guarantees:
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -45,7 +44,7 @@ def passage_token_limit(embedder: Embedder) -> int:
 
 
 def as_documents(documents: Iterable[Document | Mapping[str, object]]) -> list[Document]:
-    """Validate a batch: Documents or JSON-like objects, unique keys, JSON metadata."""
+    """Validate a batch: Documents or JSON-like objects, unique keys (Document checks the rest)."""
     if isinstance(documents, (str, bytes, Mapping)):
         raise InvalidInput("documents must be a list of documents")
     docs: list[Document] = []
@@ -56,10 +55,6 @@ def as_documents(documents: Iterable[Document | Mapping[str, object]]) -> list[D
         if doc.key in seen:
             raise InvalidInput(f"{where}: document {doc.key} appears twice in one upsert")
         seen.add(doc.key)
-        try:
-            json.dumps(doc.metadata)
-        except (TypeError, ValueError) as exc:
-            raise InvalidInput(f"{where}: metadata is not JSON ({exc})") from None
         docs.append(doc)
     return docs
 
@@ -73,6 +68,32 @@ def passage_text(chunk: Chunk) -> str:
     """
     title = chunk.title.strip()
     return f"{title}\n{chunk.text}" if title and not chunk.text.startswith(title) else chunk.text
+
+
+def chunk_for_embedder(
+    embedder: Embedder, chunking: ChunkingSpec, tenant_id: str, doc: Document
+) -> list[Chunk]:
+    """A document's chunks, sized for the embedder's window (one chunker for every writer)."""
+    # The title is embedded with every chunk (passage_text): leave room for it in the
+    # model's window, but never less than half the window for the text itself.
+    window = passage_token_limit(embedder)
+    title = doc.title.strip()
+    title_tokens = embedder.count_tokens(f"{title}\n") if title else 0
+    limit = max(window - title_tokens, window // 2)
+    return chunk_document(doc, tenant_id, chunking, embedder.count_tokens, limit)
+
+
+def embed_chunks(embedder: Embedder, chunks: list[Chunk]) -> Vectors:
+    """Vectors of chunks' passage text, in batches of EMBED_BATCH."""
+    dim = embedder.identity.dimension
+    parts = [
+        embedder.embed_passages([passage_text(c) for c in chunks[i : i + EMBED_BATCH]])
+        for i in range(0, len(chunks), EMBED_BATCH)
+    ]
+    vectors = np.concatenate(parts) if parts else np.empty((0, dim), np.float32)
+    if vectors.shape != (len(chunks), dim):
+        raise RuntimeError(f"embedder returned {vectors.shape}, expected {(len(chunks), dim)}")
+    return vectors
 
 
 class IngestPipeline:
@@ -96,16 +117,10 @@ class IngestPipeline:
         self.lexical = lexical
         self.store = store
         self.chunking = chunking or ChunkingSpec.model_validate({})
-        self.limit = passage_token_limit(embedder)
         self._lock = threading.Lock()  # one diff-then-apply at a time
 
     def chunk(self, tenant_id: str, doc: Document) -> list[Chunk]:
-        # The title is embedded with every chunk (passage_text): leave room for it in the
-        # model's window, but never less than half the window for the text itself.
-        title = doc.title.strip()
-        title_tokens = self.embedder.count_tokens(f"{title}\n") if title else 0
-        limit = max(self.limit - title_tokens, self.limit // 2)
-        return chunk_document(doc, tenant_id, self.chunking, self.embedder.count_tokens, limit)
+        return chunk_for_embedder(self.embedder, self.chunking, tenant_id, doc)
 
     def upsert(
         self, tenant_id: str, documents: Iterable[Document | Mapping[str, object]]
@@ -121,22 +136,11 @@ class IngestPipeline:
             DocResult(d.document.key, len(d.added), len(d.unchanged), len(d.removed)) for d in diffs
         ]
 
-    def _embed(self, chunks: list[Chunk]) -> Vectors:
-        dim = self.embedder.identity.dimension
-        parts = [
-            self.embedder.embed_passages([passage_text(c) for c in chunks[i : i + EMBED_BATCH]])
-            for i in range(0, len(chunks), EMBED_BATCH)
-        ]
-        vectors = np.concatenate(parts) if parts else np.empty((0, dim), np.float32)
-        if vectors.shape != (len(chunks), dim):
-            raise RuntimeError(f"embedder returned {vectors.shape}, expected {(len(chunks), dim)}")
-        return vectors
-
     def _write(self, tenant: str, diffs: list[Diff]) -> None:
         added = [c for d in diffs for c in d.added]
         removed = [cid for d in diffs for cid in d.removed]
         if added:
-            vectors = self._embed(added)
+            vectors = embed_chunks(self.embedder, added)
             self.dense.upsert(tenant, [c.chunk_id for c in added], vectors)
             self.lexical.upsert(added)
         if removed:
@@ -148,7 +152,7 @@ class IngestPipeline:
         """Remove a document everywhere; returns its chunk ids ([] if it was not there)."""
         tenant = validate_tenant(tenant_id)
         for name, value in (("source", source), ("doc_id", doc_id)):
-            if not isinstance(value, str) or not ID_PART_RE.match(value):
+            if not isinstance(value, str) or not ID_PART_RE.fullmatch(value):
                 raise InvalidInput(f"{name} {value!r} is malformed")
         with self._lock:
             ids = list(self.store.stored_hashes(tenant, source, doc_id))

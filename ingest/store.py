@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ragindex.errors import IdentityMismatch, InvalidInput
+from ragindex.filters import TermExpr, TermPostings
 from ragindex.types import Chunk, Document, ModelIdentity, validate_tenant
 
 _SCHEMA = """
@@ -30,7 +31,7 @@ CREATE TABLE IF NOT EXISTS documents (
 CREATE TABLE IF NOT EXISTS chunks (
     tenant TEXT NOT NULL, chunk_id TEXT NOT NULL, source TEXT NOT NULL, doc_id TEXT NOT NULL,
     n INTEGER NOT NULL, title TEXT NOT NULL, text TEXT NOT NULL, content_hash TEXT NOT NULL,
-    context TEXT, updated TEXT, metadata TEXT NOT NULL,
+    context TEXT, updated TEXT, metadata TEXT NOT NULL, acl TEXT,
     PRIMARY KEY (tenant, chunk_id)
 );
 CREATE INDEX IF NOT EXISTS chunks_by_doc ON chunks (tenant, source, doc_id);
@@ -38,7 +39,9 @@ CREATE TABLE IF NOT EXISTS tombstones (
     tenant TEXT NOT NULL, chunk_id TEXT NOT NULL, PRIMARY KEY (tenant, chunk_id)
 );
 """
-_CHUNK_COLS = "chunk_id, source, doc_id, n, title, text, content_hash, context, updated, metadata"
+_CHUNK_COLS = (
+    "chunk_id, source, doc_id, n, title, text, content_hash, context, updated, metadata, acl"
+)
 _IDENTITY_KEY = "embedding_identity"
 _SQL_VARS = 500  # ids per IN (...) query, well under SQLite's variable limit
 
@@ -91,6 +94,7 @@ def _row_to_chunk(tenant: str, row: sqlite3.Row) -> Chunk:
         context=row["context"],
         updated=row["updated"],
         metadata=json.loads(row["metadata"]),
+        acl=None if row["acl"] is None else tuple(json.loads(row["acl"])),
     )
 
 
@@ -106,11 +110,18 @@ class ChunkStore:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.executescript(_SCHEMA)
+        self._postings: dict[str, TermPostings] = {}  # built on first filtered search
+        self._writes = 0  # a postings build that raced a write is not kept
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(chunks)")}
+        if "acl" not in columns:  # a store written before ACLs: every chunk is tenant-wide
+            self._db.execute("ALTER TABLE chunks ADD COLUMN acl TEXT")
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
         """One write transaction: all of it commits, or none of it."""
         with self._lock:
+            self._postings.clear()  # rebuilt from the committed rows on the next filter
+            self._writes += 1
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 yield self._db
@@ -193,7 +204,7 @@ class ChunkStore:
                 current = d.added + d.unchanged
                 db.executemany(
                     f"INSERT OR REPLACE INTO chunks (tenant, {_CHUNK_COLS})"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     [
                         (
                             tenant,
@@ -207,6 +218,7 @@ class ChunkStore:
                             c.context,
                             c.updated,
                             json.dumps(c.metadata, sort_keys=True),
+                            None if c.acl is None else json.dumps(c.acl),
                         )
                         for c in current
                     ],
@@ -258,6 +270,21 @@ class ChunkStore:
             )
             out.update((r["chunk_id"], _row_to_chunk(tenant, r)) for r in rows)
         return out
+
+    def allowed_ids(self, tenant_id: str, access: TermExpr) -> frozenset[str]:
+        """The live chunk ids of a tenant that `access` allows (ragindex.filters)."""
+        tenant = validate_tenant(tenant_id)
+        with self._lock:
+            postings, writes = self._postings.get(tenant), self._writes
+        if postings is None:
+            postings = TermPostings()
+            rows = self._query(f"SELECT {_CHUNK_COLS} FROM chunks WHERE tenant = ?", (tenant,))
+            for row in rows:
+                postings.add(_row_to_chunk(tenant, row))
+            with self._lock:
+                if writes == self._writes:
+                    self._postings[tenant] = postings
+        return postings.select(access)
 
     def count(self, tenant_id: str) -> int:
         """Live chunks of a tenant."""

@@ -1,5 +1,6 @@
 """ragindex.lexical: the BM25 leg, embedded (tantivy) or Elasticsearch, behind one interface."""
 
+from ragindex.lexical.documents import FieldBoosts
 from ragindex.lexical.tantivy_index import TantivyIndex
 
-__all__ = ["TantivyIndex"]
+__all__ = ["FieldBoosts", "TantivyIndex"]

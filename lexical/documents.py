@@ -7,9 +7,12 @@ keys, and reject the same bad input with the same message (DESIGN.md invariant 7
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from ragindex.errors import InvalidInput
+from ragindex.filters import chunk_terms
 from ragindex.lexical.analysis import analyze
 from ragindex.types import Chunk, validate_tenant
 
@@ -29,16 +32,63 @@ def doc_key(tenant_id: str, chunk_id: str) -> str:
     return f"{tenant_id}/sha256:{hashlib.sha256(chunk_id.encode()).hexdigest()}"
 
 
-def indexed_text(chunk: Chunk) -> str:
-    """The text BM25 sees: the title (when there is one) and the chunk text."""
-    return f"{chunk.title}\n{chunk.text}" if chunk.title else chunk.text
+TITLE_FIELD = "title"
+BODY_FIELD = "body"
+FILTER_FIELD = "filters"
+"""Exact keyword terms of a chunk's ACL, source, updated and metadata (ragindex.filters)."""
+
+
+def filter_terms(chunk: Chunk) -> list[str]:
+    return sorted(chunk_terms(chunk))
+
+
+def indexed_fields(chunk: Chunk) -> dict[str, str]:
+    """What BM25 sees of a chunk: its document's title and its own text, as two fields."""
+    return {TITLE_FIELD: chunk.title, BODY_FIELD: chunk.text}
 
 
 def is_searchable(chunk: Chunk) -> bool:
     """Whether the chunk has any BM25 term. Chunks without one are kept out of both indexes:
     they can never match, and Lucene leaves them out of its BM25 statistics (document count,
-    average length) while tantivy would count them, so indexing them would skew scores."""
-    return bool(analyze(indexed_text(chunk)))
+    average length) while tantivy would count them, so indexing them would skew scores.
+
+    The same difference remains per field: Lucene counts only the documents that have a term
+    in a field, tantivy counts all. So the backends score alike when every chunk has a title
+    and a body (as every ingested chunk has a body), and drift apart slightly for the title
+    field when only some chunks have a title."""
+    return any(analyze(text) for text in indexed_fields(chunk).values())
+
+
+@dataclass(frozen=True)
+class FieldBoosts:
+    """Query-time weights of the two fields; a field's BM25 score is multiplied by its boost
+    and the fields' scores are summed (Elasticsearch's `most_fields`). 0 skips a field."""
+
+    title: float = 1.0
+    body: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not (self.title >= 0 and self.body >= 0 and self.title + self.body > 0):
+            raise InvalidInput(f"field boosts must be >= 0 and not all 0, got {self}")
+
+
+def query_terms(text: str) -> dict[str, float]:
+    """The plain query as weighted terms: each analysed term, weighted by how often it occurs
+    (a term twice in the query scores twice, as in a `match` query)."""
+    return dict(Counter(analyze(text)))
+
+
+def field_clauses(terms: Mapping[str, float], boosts: FieldBoosts) -> list[tuple[str, str, float]]:
+    """(field, term, weight) of every clause both backends OR together; weight = term weight x
+    field boost, applied as a multiplier of the clause's BM25 score."""
+    fields = [(TITLE_FIELD, boosts.title), (BODY_FIELD, boosts.body)]
+    return [
+        (field, term, weight * boost)
+        for field, boost in fields
+        if boost > 0
+        for term, weight in sorted(terms.items())
+        if weight > 0
+    ]
 
 
 def _check_chunk_id(chunk_id: object) -> str:

@@ -10,7 +10,9 @@
   searchable, and the index's `refresh_interval` (default 1 s) is the freshness bound. A forced
   refresh per write would give the same guarantee at the price of a tiny segment per write.
 - Analysis is the built-in `standard` analyzer (the tantivy backend reproduces it) and BM25
-  is configured explicitly with k1=1.2, b=0.75, so both backends rank alike.
+  is configured explicitly with k1=1.2, b=0.75, so both backends rank alike. Title and body
+  are two fields; a query is a bool `should` of boosted `term` clauses over the analysed
+  terms (documents.field_clauses), the same sum of per-field scores that tantivy computes.
 - Every request has a timeout and no retries: a down or silent server raises
   BackendUnavailable within `timeout_s` (writes: `timeout_s` + the refresh interval).
 - Versions: the client major must match the server's. The test harness runs 8.19, the newest
@@ -22,23 +24,32 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from elastic_transport import ConnectionError as TransportConnectionError
 from elastic_transport import ConnectionTimeout, TransportError
 from elasticsearch import ApiError, Elasticsearch, NotFoundError
 
+from ragindex.config import Rm3Spec
 from ragindex.errors import BackendUnavailable, InvalidInput, RagIndexError
-from ragindex.lexical.analysis import analyze
+from ragindex.filters import AllExpr, AnyTerm, TermExpr
 from ragindex.lexical.documents import (
+    BODY_FIELD,
+    FILTER_FIELD,
+    TITLE_FIELD,
+    FieldBoosts,
     doc_key,
-    indexed_text,
+    field_clauses,
+    filter_terms,
+    indexed_fields,
     is_searchable,
     validate_chunks,
     validate_ids,
     validate_search,
 )
+from ragindex.lexical.feedback import bm25_search
 from ragindex.types import Chunk, ScoredId
 
 ALIAS_RE = re.compile(r"^[a-z][a-z0-9_]{0,99}$")
@@ -87,26 +98,52 @@ def index_template(
             "mappings": {
                 "dynamic": "strict",
                 "properties": {
-                    "text": {"type": "text", "analyzer": "standard", "similarity": _SIMILARITY},
+                    **{
+                        field: {"type": "text", "analyzer": "standard", "similarity": _SIMILARITY}
+                        for field in (TITLE_FIELD, BODY_FIELD)
+                    },
                     "tenant_id": {"type": "keyword"},
                     "chunk_id": {"type": "keyword"},
                     "source": {"type": "keyword"},
                     "doc_id": {"type": "keyword"},
                     "generation": {"type": "keyword"},
+                    FILTER_FIELD: {"type": "keyword"},
                 },
             },
         },
     }
 
 
-def search_body(terms_text: str, tenant_id: str) -> dict[str, Any]:
-    """The query: tenant as a filter (no score), BM25 `match` on the analysed text."""
-    return {
-        "bool": {
-            "filter": [{"term": {"tenant_id": tenant_id}}],
-            "must": [{"match": {"text": {"query": terms_text}}}],
-        }
-    }
+def access_clause(expr: TermExpr) -> dict[str, Any]:
+    """An access + filter expression as a bool filter on the chunks' filter terms."""
+    if isinstance(expr, AnyTerm):
+        if not expr.terms:
+            return {"bool": {"must_not": [{"match_all": {}}]}}
+        return {"terms": {FILTER_FIELD: sorted(expr.terms)}}
+    parts = [access_clause(p) for p in expr.parts]
+    if isinstance(expr, AllExpr):
+        return {"bool": {"filter": parts}}
+    return {"bool": {"should": parts, "minimum_should_match": 1}}
+
+
+def search_body(
+    terms: Mapping[str, float],
+    tenant_id: str,
+    boosts: FieldBoosts,
+    access: TermExpr | None = None,
+) -> dict[str, Any]:
+    """The query: tenant (and `access`) as filters (no score); at least one boosted term
+    clause must match.
+    Terms are already analysed (the shared analyzer equals `standard`), so `term` clauses
+    look them up as indexed."""
+    should = [
+        {"term": {field: {"value": term, "boost": weight}}}
+        for field, term, weight in field_clauses(terms, boosts)
+    ]
+    filters: list[dict[str, Any]] = [{"term": {"tenant_id": tenant_id}}]
+    if access is not None:
+        filters.append(access_clause(access))
+    return {"bool": {"filter": filters, "must": [{"bool": {"should": should}}]}}
 
 
 class ElasticsearchIndex:
@@ -121,6 +158,8 @@ class ElasticsearchIndex:
         refresh_interval_s: float = 1.0,
         shards: int = 1,
         replicas: int = 0,
+        boosts: FieldBoosts | None = None,
+        rm3: Rm3Spec | None = None,
     ) -> None:
         if not isinstance(alias, str) or not ALIAS_RE.match(alias):
             raise InvalidInput(
@@ -136,6 +175,8 @@ class ElasticsearchIndex:
         self.generation = generation
         self.timeout_s = timeout_s
         self.refresh_interval_s = refresh_interval_s
+        self.boosts = boosts or FieldBoosts()
+        self.rm3 = rm3
         self._template = index_template(alias, refresh_interval_s, shards, replicas)
         self._admin_timeout_s = max(30.0, 10 * timeout_s)
 
@@ -277,12 +318,13 @@ class ElasticsearchIndex:
             ops.append({"index": {"_index": index, "_id": doc_id}})
             ops.append(
                 {
-                    "text": indexed_text(c),
+                    **indexed_fields(c),
                     "tenant_id": c.tenant_id,
                     "chunk_id": c.chunk_id,
                     "source": c.source,
                     "doc_id": c.doc_id,
                     "generation": self.generation,
+                    FILTER_FIELD: filter_terms(c),
                 }
             )
         self._bulk(ops, [c.chunk_id for c in valid])
@@ -296,24 +338,39 @@ class ElasticsearchIndex:
         ops = [{"delete": {"_index": index, "_id": doc_key(tenant_id, i)}} for i in ids]
         self._bulk(ops, ids)
 
-    def search(self, query: str, top_k: int, tenant_id: str) -> list[ScoredId]:
-        """BM25 top_k of one tenant through the alias; text with no tokens matches nothing."""
+    def search(
+        self, query: str, top_k: int, tenant_id: str, access: TermExpr | None = None
+    ) -> list[ScoredId]:
+        """BM25 top_k of one tenant through the alias (RM3-expanded when configured), `access`
+        as filter clauses inside the query; text with no tokens matches nothing."""
         text, k, tenant = validate_search(query, top_k, tenant_id)
-        if not analyze(text):
-            return []
+        return bm25_search(partial(self._run_terms, access=access), text, k, tenant, self.rm3)
+
+    def _run_terms(
+        self,
+        terms: Mapping[str, float],
+        top_k: int,
+        tenant_id: str,
+        with_text: bool,
+        access: TermExpr | None = None,
+    ) -> list[tuple[ScoredId, str]]:
+        fields = ["chunk_id", TITLE_FIELD, BODY_FIELD] if with_text else ["chunk_id"]
         resp = self._call(
             "search",
             self.timeout_s,
             lambda es, **kw: es.search(**kw),
             index=self.alias,
-            query=search_body(text, tenant),
-            size=k,
-            source_includes=["chunk_id"],
+            query=search_body(terms, tenant_id, self.boosts, access),
+            size=top_k,
+            source_includes=fields,
             track_total_hits=False,
         )
-        return [
-            ScoredId(h["_source"]["chunk_id"], float(h["_score"])) for h in resp["hits"]["hits"]
-        ]
+        hits = []
+        for h in resp["hits"]["hits"]:
+            source = h["_source"]
+            text = "\n".join(source.get(f) or "" for f in (TITLE_FIELD, BODY_FIELD))
+            hits.append((ScoredId(source["chunk_id"], float(h["_score"])), text))
+        return hits
 
     def count(self, tenant_id: str) -> int:
         """Live chunks of one tenant (as of the last refresh)."""

@@ -5,46 +5,74 @@ write commits and reloads the reader before returning, so an acknowledged write 
 visible to the next search. Queries are never parsed: the text goes through the shared
 analyzer and becomes term queries, so no user text can raise a syntax error. The tenant is a
 required clause inside the query, scored 0 so that it leaves BM25 scores alone.
+
+Title and body are separate fields, each with its own BM25 statistics; a query is the sum of
+boosted per-field term scores (see documents.field_clauses), as on Elasticsearch. Both fields
+are stored so that RM3 feedback can read its feedback hits' text.
 """
 
 from __future__ import annotations
 
+import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from functools import partial
 from pathlib import Path
 
 import tantivy
 
+from ragindex.config import Rm3Spec
 from ragindex.errors import BackendUnavailable
-from ragindex.lexical.analysis import ANALYZER_NAME, analyze, build_analyzer
+from ragindex.filters import AllExpr, AnyTerm, TermExpr
+from ragindex.lexical.analysis import ANALYZER_NAME, build_analyzer
 from ragindex.lexical.documents import (
+    BODY_FIELD,
+    FILTER_FIELD,
+    TITLE_FIELD,
+    FieldBoosts,
     doc_key,
-    indexed_text,
+    field_clauses,
+    filter_terms,
+    indexed_fields,
     is_searchable,
     validate_chunks,
     validate_ids,
     validate_search,
 )
+from ragindex.lexical.feedback import bm25_search
 from ragindex.types import Chunk, ScoredId
 
 _WRITER_HEAP_BYTES = 32_000_000
 
 
 def build_schema() -> tantivy.Schema:
-    """text: analysed like ES `standard`; tenant_id, chunk_id, key: exact terms."""
+    """title, body: analysed like ES `standard`, stored; tenant_id, chunk_id, key: exact."""
     builder = tantivy.SchemaBuilder()
-    builder.add_text_field("text", stored=False, tokenizer_name=ANALYZER_NAME, index_option="freq")
+    for field in (TITLE_FIELD, BODY_FIELD):
+        builder.add_text_field(
+            field, stored=True, tokenizer_name=ANALYZER_NAME, index_option="freq"
+        )
     builder.add_text_field("tenant_id", stored=False, tokenizer_name="raw", index_option="basic")
     builder.add_text_field("chunk_id", stored=True, tokenizer_name="raw", index_option="basic")
     builder.add_text_field("key", stored=False, tokenizer_name="raw", index_option="basic")
+    builder.add_text_field(FILTER_FIELD, stored=False, tokenizer_name="raw", index_option="basic")
     return builder.build()
 
 
 class TantivyIndex:
     """LexicalIndex over a tantivy directory; see the module docstring for the guarantees."""
 
-    def __init__(self, index: tantivy.Index, path: Path | None, read_only: bool = False) -> None:
+    def __init__(
+        self,
+        index: tantivy.Index,
+        path: Path | None,
+        read_only: bool = False,
+        boosts: FieldBoosts | None = None,
+        rm3: Rm3Spec | None = None,
+    ) -> None:
         self._index = index
+        self.boosts = boosts or FieldBoosts()
+        self.rm3 = rm3
         self._schema = index.schema
         self._path = path
         self._lock = threading.Lock()
@@ -62,28 +90,38 @@ class TantivyIndex:
             ) from exc
 
     @classmethod
-    def open(cls, path: str | Path | None, read_only: bool = False) -> TantivyIndex:
+    def open(
+        cls,
+        path: str | Path | None,
+        read_only: bool = False,
+        boosts: FieldBoosts | None = None,
+        rm3: Rm3Spec | None = None,
+    ) -> TantivyIndex:
         """Open the index at `path`, creating it if absent; None keeps it in memory.
 
         `read_only` opens an existing index without taking the writer lock, for readers in
         other processes (Serve replicas); they see the writer's commits after `reload()`.
+        `boosts` and `rm3` shape queries only, so readers of one index may differ in them.
         """
         schema = build_schema()
         if read_only:
             if path is None or not (Path(path) / "meta.json").exists():
                 raise BackendUnavailable(f"no tantivy index at {path} to open read-only")
             index = tantivy.Index.open(str(path))
+            _check_layout(Path(path))
             index.register_tokenizer(ANALYZER_NAME, build_analyzer())
-            return cls(index, Path(path), read_only=True)
+            return cls(index, Path(path), read_only=True, boosts=boosts, rm3=rm3)
         if path is None:
             index = tantivy.Index(schema)
             where = None
         else:
             where = Path(path)
             where.mkdir(parents=True, exist_ok=True)
+            if (where / "meta.json").exists():
+                _check_layout(where)
             index = tantivy.Index(schema, path=str(where), reuse=True)
         index.register_tokenizer(ANALYZER_NAME, build_analyzer())
-        return cls(index, where)
+        return cls(index, where, boosts=boosts, rm3=rm3)
 
     def _live_writer(self) -> tantivy.IndexWriter:
         if self._read_only:
@@ -121,10 +159,11 @@ class TantivyIndex:
                         continue
                     writer.add_document(
                         tantivy.Document(
-                            text=indexed_text(chunk),
+                            **indexed_fields(chunk),
                             tenant_id=chunk.tenant_id,
                             chunk_id=chunk.chunk_id,
                             key=key,
+                            **{FILTER_FIELD: filter_terms(chunk)},
                         )
                     )
                 self._commit(writer)
@@ -151,31 +190,58 @@ class TantivyIndex:
         term = tantivy.Query.term_query(self._schema, "tenant_id", tenant_id, index_option="basic")
         return tantivy.Query.const_score_query(term, 0.0)
 
-    def search(self, query: str, top_k: int, tenant_id: str) -> list[ScoredId]:
-        """BM25 top_k of one tenant; text with no tokens matches nothing."""
+    def search(
+        self, query: str, top_k: int, tenant_id: str, access: TermExpr | None = None
+    ) -> list[ScoredId]:
+        """BM25 top_k of one tenant (RM3-expanded when configured), `access` as filter
+        clauses inside the query; text with no tokens matches nothing."""
         text, k, tenant = validate_search(query, top_k, tenant_id)
         self._check_open()
-        terms = analyze(text)
-        if not terms:
-            return []
-        text_query = tantivy.Query.boolean_query(
-            [
-                (
-                    tantivy.Occur.Should,
-                    tantivy.Query.term_query(self._schema, "text", t, index_option="freq"),
-                )
-                for t in terms
-            ]
-        )
-        full = tantivy.Query.boolean_query(
-            [(tantivy.Occur.Must, self._tenant_clause(tenant)), (tantivy.Occur.Must, text_query)]
-        )
-        searcher = self._index.searcher()
-        result = searcher.search(full, limit=k, count=False)
-        return [
-            ScoredId(searcher.doc(address)["chunk_id"][0], float(score))
-            for score, address in result.hits
+        return bm25_search(partial(self._run_terms, access=access), text, k, tenant, self.rm3)
+
+    def _access_clause(self, expr: TermExpr) -> tantivy.Query:
+        if isinstance(expr, AnyTerm):
+            if not expr.terms:
+                return tantivy.Query.empty_query()
+            found = tantivy.Query.term_set_query(self._schema, FILTER_FIELD, sorted(expr.terms))
+            return tantivy.Query.const_score_query(found, 0.0)
+        occur = tantivy.Occur.Must if isinstance(expr, AllExpr) else tantivy.Occur.Should
+        return tantivy.Query.boolean_query([(occur, self._access_clause(p)) for p in expr.parts])
+
+    def _run_terms(
+        self,
+        terms: Mapping[str, float],
+        top_k: int,
+        tenant_id: str,
+        with_text: bool,
+        access: TermExpr | None = None,
+    ) -> list[tuple[ScoredId, str]]:
+        clauses = [
+            (
+                tantivy.Occur.Should,
+                tantivy.Query.boost_query(
+                    tantivy.Query.term_query(self._schema, field, term, index_option="freq"),
+                    weight,
+                ),
+            )
+            for field, term, weight in field_clauses(terms, self.boosts)
         ]
+        if not clauses:
+            return []
+        required = [self._tenant_clause(tenant_id), tantivy.Query.boolean_query(clauses)]
+        if access is not None:
+            required.append(self._access_clause(access))
+        full = tantivy.Query.boolean_query([(tantivy.Occur.Must, q) for q in required])
+        searcher = self._index.searcher()
+        result = searcher.search(full, limit=top_k, count=False)
+        hits = []
+        for score, address in result.hits:
+            doc = searcher.doc(address)
+            text = ""
+            if with_text:
+                text = "\n".join(v for f in (TITLE_FIELD, BODY_FIELD) for v in doc.get_all(f))
+            hits.append((ScoredId(doc["chunk_id"][0], float(score)), text))
+        return hits
 
     def count(self, tenant_id: str) -> int:
         """Live chunks of one tenant."""
@@ -192,3 +258,13 @@ class TantivyIndex:
             if self._writer is not None:
                 self._writer.wait_merging_threads()
                 self._writer = None
+
+
+def _check_layout(path: Path) -> None:
+    """Refuse an index written before title and body became separate fields."""
+    meta = json.loads((path / "meta.json").read_text())
+    if not {BODY_FIELD, FILTER_FIELD} <= {field["name"] for field in meta.get("schema", [])}:
+        raise BackendUnavailable(
+            f"the tantivy index at {path} was built by an older ragindex (no title/body or"
+            f" filter fields): delete {path} and re-ingest, or use a new data directory"
+        )

@@ -128,7 +128,7 @@ async def list_managed(
 
     A kind whose CRD is not installed (no ECK in a cluster that never needed it) has nothing.
     """
-    selector = {LABEL_INDEX: index, LABEL_MANAGED_BY: FIELD_MANAGER}
+    selector: dict[str, Any] = {LABEL_INDEX: index, LABEL_MANAGED_BY: FIELD_MANAGER}
     found: list[ObjectRef] = []
     for kind in kinds:
         try:

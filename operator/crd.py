@@ -112,6 +112,21 @@ _CEL: dict[str, list[dict[str, str]]] = {
             "message": "fusion.candidates must be >= fusion.topK",
             "fieldPath": ".candidates",
             "reason": "FieldValueInvalid",
+        },
+        {
+            "rule": "!has(self.denseWeight) || !has(self.lexicalWeight)"
+            " || self.denseWeight > 0.0 || self.lexicalWeight > 0.0",
+            "message": "fusion.denseWeight and fusion.lexicalWeight cannot both be 0",
+            "fieldPath": ".denseWeight",
+            "reason": "FieldValueInvalid",
+        },
+    ],
+    "RocchioSpec": [
+        {
+            "rule": "!has(self.alpha) || !has(self.beta) || self.alpha > 0.0 || self.beta > 0.0",
+            "message": "feedback.rocchio alpha and beta cannot both be 0",
+            "fieldPath": ".alpha",
+            "reason": "FieldValueInvalid",
         }
     ],
     "AutoscalingSpec": [

@@ -34,12 +34,12 @@ from pydantic import ValidationError
 
 from ragindex.config import RagIndexSpec
 from ragindex.errors import InvalidInput
+from ragindex.generations import index_generation
 from ragindex.operator import apply, local_runtime
 from ragindex.operator.crd import GROUP, PLURAL, VERSION
 from ragindex.operator.render import (
     RenderOptions,
     cluster_endpoint,
-    index_generation,
     managed_elasticsearch,
     named_secrets,
     ray_service_name,

@@ -11,7 +11,9 @@ The merge and status decisions are pure functions; `ServeRestClient` only does t
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -103,11 +105,24 @@ def serve_app_verdict(details: Mapping[str, Any], name: str) -> Verdict:
     return Verdict(False, "Progressing", f"Serve application {name} is {state}: {message}")
 
 
+def ray_auth_token(environ: Mapping[str, str]) -> str | None:
+    """The local Ray's auth token as Ray's own clients find it (RAY_AUTH_TOKEN, else the file
+    RAY_AUTH_TOKEN_PATH names, as `ragindex serve` sets up); None when Ray runs without auth."""
+    if environ.get("RAY_AUTH_TOKEN"):
+        return environ["RAY_AUTH_TOKEN"].strip()
+    path = environ.get("RAY_AUTH_TOKEN_PATH")
+    return Path(path).read_text().strip() or None if path and Path(path).is_file() else None
+
+
 class ServeRestClient:
     """The Ray dashboard's Serve REST API, with read-modify-write of the application set."""
 
     def __init__(self, dashboard_url: str, *, timeout_s: float = 30.0) -> None:
-        self._http = httpx.AsyncClient(base_url=dashboard_url.rstrip("/"), timeout=timeout_s)
+        token = ray_auth_token(os.environ)
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.AsyncClient(
+            base_url=dashboard_url.rstrip("/"), timeout=timeout_s, headers=headers
+        )
         self._lock = asyncio.Lock()
 
     async def aclose(self) -> None:

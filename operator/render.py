@@ -4,10 +4,11 @@ The operator never decides what to create inside an API call (DESIGN.md §3): `r
 the full desired set, `apply.py` makes the cluster match it, and `objects_to_prune` says what
 to delete. Everything here is a function of data, so the layout is tested without a cluster.
 
-Index generation: a short hash of the embedder identity fields of the spec (backend, model,
-prefixes). Vectors of two models never mix (DESIGN.md invariant 2), so a new embedder means a
-new RayService (and its own `chunks`/`manifest` topics) beside the old ones; the stable Service
-keeps pointing at the active generation until the new one reports ready, which is the alias swap
+Index generation (`ragindex.generations.index_generation`): a short hash of the fields that
+need a rebuild (embedder identity, dense layout, chunking). Vectors of two models never mix
+(DESIGN.md invariant 2), so a new generation means a new RayService (and its own
+`chunks`/`manifest` topics) beside the old ones; the stable Service keeps pointing at the
+active generation until the new one reports ready, which is the alias swap
 at the network level.
 
 Storage: no shared volume. The log (Kafka: a managed Strimzi cluster or external brokers) is the
@@ -29,7 +30,7 @@ from typing import Any
 
 from ragindex.config import RagIndexSpec
 from ragindex.errors import InvalidInput
-from ragindex.hashing import content_hash
+from ragindex.generations import index_generation
 from ragindex.operator.crd import GROUP, KIND, VERSION
 from ragindex.serve_config import (
     AUTH_DIR_ENV,
@@ -138,13 +139,6 @@ def validate_name(name: str) -> str:
             " names)"
         )
     return name
-
-
-def index_generation(spec: RagIndexSpec) -> str:
-    """8 hex characters naming the embedder identity; equal identity, equal generation."""
-    e = spec.embedder
-    identity = [e.backend, e.model, e.query_prefix, e.passage_prefix]
-    return content_hash(json.dumps(identity))[:8]
 
 
 def ray_service_name(name: str, generation: str) -> str:

@@ -22,14 +22,25 @@ class _Spec(BaseModel):
 
 class EmbedderSpec(_Spec):
     backend: Literal["sentence-transformers", "flagembedding"] = Field(
-        "sentence-transformers", description="Library that loads and runs the embedding model."
+        "sentence-transformers",
+        description="Library that loads and runs the embedding model."
+        " Changing it starts a new index generation (rebuilt by replaying the log).",
     )
     model: str = Field(
         "all-MiniLM-L6-v2",
-        description="Model name, or a local path. 'all-MiniLM-L6-v2' loads the packaged weights.",
+        description="Model name, or a local path. 'all-MiniLM-L6-v2' loads the packaged weights."
+        " Changing it starts a new index generation (rebuilt by replaying the log).",
     )
-    query_prefix: str = Field("", description="Text prepended to queries (e.g. 'query: ').")
-    passage_prefix: str = Field("", description="Text prepended to passages.")
+    query_prefix: str = Field(
+        "",
+        description="Text prepended to queries (e.g. 'query: ')."
+        " Changing it starts a new index generation (rebuilt by replaying the log).",
+    )
+    passage_prefix: str = Field(
+        "",
+        description="Text prepended to passages."
+        " Changing it starts a new index generation (rebuilt by replaying the log).",
+    )
     batch_size: int = Field(16, ge=1, le=1024, description="Passages per embedding batch.")
     replicas: int = Field(1, ge=1, description="Embedder replicas when autoscaling is off.")
     gpus: float = Field(0, ge=0, description="GPUs per embedder replica (0 runs on CPU).")
@@ -53,13 +64,33 @@ class RerankerSpec(_Spec):
 
 
 class HnswSpec(_Spec):
-    m: int = Field(32, ge=4, le=256, description="HNSW graph degree (M).")
-    ef_construction: int = Field(200, ge=8, le=4096, description="HNSW efConstruction.")
-    ef_search: int = Field(128, ge=1, le=4096, description="HNSW efSearch at query time.")
+    m: int = Field(
+        32,
+        ge=4,
+        le=256,
+        description="HNSW graph degree (M)."
+        " Changing it starts a new index generation (rebuilt by replaying the log).",
+    )
+    ef_construction: int = Field(
+        200,
+        ge=8,
+        le=4096,
+        description="HNSW efConstruction."
+        " Changing it starts a new index generation (rebuilt by replaying the log).",
+    )
+    ef_search: int = Field(
+        128, ge=1, le=4096, description="HNSW efSearch at query time. Changes in place."
+    )
 
 
 class DenseSpec(_Spec):
-    shards: int = Field(2, ge=1, le=256, description="Dense shards; chunks spread by stable hash.")
+    shards: int = Field(
+        2,
+        ge=1,
+        le=256,
+        description="Dense shards; chunks spread by stable hash."
+        " Changing it starts a new index generation (rebuilt by replaying the log).",
+    )
     replicas: int = Field(1, ge=1, le=64, description="Replicas of each shard.")
     hnsw: HnswSpec = Field(default_factory=HnswSpec, description="HNSW parameters.")
     exact_threshold: int = Field(
@@ -91,6 +122,16 @@ class LexicalSpec(_Spec):
     on_unavailable: Literal["error", "dense-only"] = Field(
         "error", description="When the BM25 backend is down: fail the search or return dense-only."
     )
+    title_boost: float = Field(
+        1.0,
+        ge=0,
+        le=100,
+        description="Weight of the chunk's title field in BM25 (0 leaves titles unsearched);"
+        " a field's BM25 score is multiplied by its boost and the fields' scores are summed.",
+    )
+    body_boost: float = Field(
+        1.0, gt=0, le=100, description="Weight of the chunk's text (body) field in BM25."
+    )
 
     @model_validator(mode="after")
     def _url_only_for_elasticsearch(self) -> LexicalSpec:
@@ -101,6 +142,12 @@ class LexicalSpec(_Spec):
 
 class FusionSpec(_Spec):
     rrf_k: int = Field(60, ge=1, le=1000, description="RRF constant k in 1 / (k + rank).")
+    dense_weight: float = Field(
+        1.0, ge=0, le=100, description="Weight of the dense leg in RRF: weight / (k + rank)."
+    )
+    lexical_weight: float = Field(
+        1.0, ge=0, le=100, description="Weight of the BM25 leg in RRF: weight / (k + rank)."
+    )
     candidates: int = Field(100, ge=1, le=1000, description="Hits each leg fetches before fusion.")
     top_k: int = Field(8, ge=1, le=100, description="Hits returned by default.")
 
@@ -108,18 +155,73 @@ class FusionSpec(_Spec):
     def _candidates_cover_top_k(self) -> FusionSpec:
         if self.candidates < self.top_k:
             raise ValueError("fusion.candidates must be >= fusion.topK")
+        if self.dense_weight == 0 and self.lexical_weight == 0:
+            raise ValueError("fusion.denseWeight and fusion.lexicalWeight cannot both be 0")
         return self
+
+
+class Rm3Spec(_Spec):
+    """RM3 pseudo-relevance feedback for BM25: expand the query with terms of its top hits."""
+
+    enabled: bool = Field(False, description="Expand BM25 queries with RM3 (two BM25 passes).")
+    docs: int = Field(10, ge=1, le=100, description="Top BM25 hits taken as feedback documents.")
+    terms: int = Field(10, ge=1, le=200, description="Expansion terms added to the query.")
+    original_weight: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="Weight of the original query in the expanded one (1 - it goes to the"
+        " feedback terms).",
+    )
+
+
+class RocchioSpec(_Spec):
+    """Rocchio feedback for the dense leg: move the query vector towards its top hits."""
+
+    enabled: bool = Field(
+        False, description="Re-search the dense leg with a query moved towards its top hits."
+    )
+    docs: int = Field(3, ge=1, le=50, description="Top dense hits taken as feedback documents.")
+    alpha: float = Field(1.0, ge=0, le=10, description="Weight of the original query vector.")
+    beta: float = Field(
+        0.5, ge=0, le=10, description="Weight of the mean vector of the feedback documents."
+    )
+
+    @model_validator(mode="after")
+    def _some_weight(self) -> RocchioSpec:
+        if self.alpha == 0 and self.beta == 0:
+            raise ValueError("feedback.rocchio alpha and beta cannot both be 0")
+        return self
+
+
+class FeedbackSpec(_Spec):
+    """Pseudo-relevance feedback per leg; both are off by default (see README, Measured)."""
+
+    rm3: Rm3Spec = Field(default_factory=Rm3Spec, description="RM3 for the BM25 leg.")
+    rocchio: RocchioSpec = Field(
+        default_factory=RocchioSpec, description="Rocchio for the dense leg."
+    )
 
 
 class ChunkingSpec(_Spec):
     strategy: Literal["structure", "window", "parent-child"] = Field(
-        "structure", description="How documents are cut into chunks."
+        "structure",
+        description="How documents are cut into chunks."
+        " Changing it starts a new index generation (rebuilt by replaying the log).",
     )
     max_tokens: int = Field(
-        200, ge=16, le=8192, description="Chunk size in the embedder's own tokens."
+        200,
+        ge=16,
+        le=8192,
+        description="Chunk size in the embedder's own tokens."
+        " Changing it starts a new index generation (rebuilt by replaying the log).",
     )
     overlap: float = Field(
-        0.125, ge=0, le=0.5, description="Window overlap as a share of max_tokens."
+        0.125,
+        ge=0,
+        le=0.5,
+        description="Window overlap as a share of max_tokens."
+        " Changing it starts a new index generation (rebuilt by replaying the log).",
     )
 
 
@@ -156,7 +258,11 @@ class GeneratorSpec(_Spec):
     base_url: str | None = Field(None, description="Base URL of the chat-completions endpoint.")
     model: str | None = Field(None, description="Model name sent to the endpoint.")
     api_key_env: str | None = Field(
-        None, description="Environment variable that holds the endpoint's API key."
+        None,
+        pattern=r"^RAGINDEX_GENERATOR_[A-Z0-9_]{1,100}$",
+        description="Environment variable that holds the endpoint's API key; only"
+        " `RAGINDEX_GENERATOR_*` names, so a spec cannot send another credential of the"
+        " process (e.g. the Elasticsearch password) to an arbitrary baseUrl.",
     )
     api_key_secret: str | None = Field(
         None,
@@ -249,6 +355,40 @@ class LogSpec(_Spec):
         return self
 
 
+class LimitsSpec(_Spec):
+    """Per-tenant admission at the Router: a tenant that floods it gets 429 with Retry-After,
+    and the other tenants keep their share. Counted per Router replica."""
+
+    max_concurrent: int = Field(
+        8, ge=1, le=10_000, description="Requests one tenant may have in flight at once."
+    )
+    requests_per_s: float = Field(
+        50, gt=0, le=1_000_000, description="Sustained requests per second for one tenant."
+    )
+    burst: int = Field(
+        100, ge=1, le=1_000_000, description="Requests one tenant may send at once above the rate."
+    )
+
+
+class GenerationsSpec(_Spec):
+    """How a new index generation is promoted and how long the old one is kept."""
+
+    rollback_window_hours: float = Field(
+        24,
+        ge=0,
+        le=8760,
+        description="How long the previous generation is retained after a promotion; within"
+        " it, a rollback switches back to it without a rebuild.",
+    )
+    self_check_sample: int = Field(
+        20,
+        ge=0,
+        le=10_000,
+        description="Documents per promotion whose own title must retrieve them in the top 10"
+        " of the new generation's dense leg (0 skips the self-check).",
+    )
+
+
 class RagIndexSpec(_Spec):
     """The RagIndex spec: everything needed to render and run one index."""
 
@@ -257,13 +397,26 @@ class RagIndexSpec(_Spec):
     dense: DenseSpec = Field(default_factory=DenseSpec, description="Dense FAISS shards.")
     lexical: LexicalSpec = Field(default_factory=LexicalSpec, description="BM25 leg.")
     fusion: FusionSpec = Field(default_factory=FusionSpec, description="Rank fusion.")
+    feedback: FeedbackSpec = Field(
+        default_factory=FeedbackSpec, description="Pseudo-relevance feedback per leg."
+    )
     chunking: ChunkingSpec = Field(default_factory=ChunkingSpec, description="Chunking.")
     generator: GeneratorSpec = Field(
         default_factory=GeneratorSpec, description="Answer generation for /v1/answer."
     )
     scaling: ScalingSpec = Field(default_factory=ScalingSpec, description="Autoscaling.")
+    limits: LimitsSpec = Field(
+        default_factory=LimitsSpec, description="Per-tenant concurrency and rate limits."
+    )
     log: LogSpec = Field(
         default_factory=LogSpec, description="The log every index is a view of (file or Kafka)."
+    )
+    generations: GenerationsSpec = Field(
+        default_factory=GenerationsSpec,
+        description="Promotion and rollback of index generations. A generation is the embedder"
+        " identity, the dense layout (shards, HNSW m and efConstruction) and the chunking:"
+        " changing any of them builds a new generation by replaying the log and switches to it"
+        " when complete; every other field changes in place.",
     )
     freshness_s: float = Field(
         2.0, gt=0, le=300, description="Bound on upsert-to-searchable on every replica."

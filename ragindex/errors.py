@@ -17,6 +17,11 @@ class IdentityMismatch(RagIndexError):
     """A vector was made by a different embedding model identity than the index was built with."""
 
 
+class NotConfigured(InvalidInput):
+    """The request is well-formed but asks for what this index is not set up to do (e.g.
+    rerank without a reranker): change the request or the index's spec (HTTP 409)."""
+
+
 class BackendUnavailable(RagIndexError):
     """A backing server (e.g. Elasticsearch) is down or did not answer within the timeout."""
 

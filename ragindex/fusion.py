@@ -16,21 +16,35 @@ class Fused:
 
 
 def reciprocal_rank_fusion(
-    legs: Mapping[str, Sequence[str]], k: int = DEFAULT_RRF_K
+    legs: Mapping[str, Sequence[str]],
+    k: int = DEFAULT_RRF_K,
+    weights: Mapping[str, float] | None = None,
 ) -> list[Fused]:
-    """Fuse ranked id lists: score = sum over legs of 1 / (k + rank), ranks 1-based.
+    """Fuse ranked id lists: score = sum over legs of weight / (k + rank), ranks 1-based.
 
-    Ties are broken by the best single rank, then by id, so the output is deterministic.
-    A leg that lists an id twice counts its first (best) rank only.
+    `weights` maps a leg to its weight (1 for a leg it does not name; names of absent legs
+    are ignored); a leg of weight 0 is left out entirely. Weights scale a leg's rank
+    contribution only, so scores are still never added across legs. Ties are broken by the
+    best single rank, then by id, so the output is deterministic. A leg that lists an id
+    twice counts its first (best) rank only.
     """
     if k < 0:
         raise ValueError("k must be >= 0")
+    weight_of = dict(weights or {})
+    if any(w < 0 for w in weight_of.values()):
+        raise ValueError(f"weights must be >= 0, got {weight_of}")
     ranks: dict[str, dict[str, int]] = {}
     for leg, ids in legs.items():
+        if weight_of.get(leg, 1.0) == 0:
+            continue
         for position, cid in enumerate(ids, start=1):
             ranks.setdefault(cid, {}).setdefault(leg, position)
     fused = [
-        Fused(cid, sum(1.0 / (k + r) for r in leg_ranks.values()), leg_ranks)
+        Fused(
+            cid,
+            sum(weight_of.get(leg, 1.0) / (k + r) for leg, r in leg_ranks.items()),
+            leg_ranks,
+        )
         for cid, leg_ranks in ranks.items()
     ]
     fused.sort(key=lambda f: (-f.score, min(f.ranks.values()), f.chunk_id))

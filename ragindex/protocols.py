@@ -13,6 +13,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
+from ragindex.filters import TermExpr
 from ragindex.types import Chunk, LogRecord, ModelIdentity, ScoredId
 
 Vectors = npt.NDArray[np.float32]
@@ -43,8 +44,16 @@ class DenseIndex(Protocol):
     def delete(self, tenant_id: str, chunk_ids: Sequence[str]) -> None: ...
 
     def search(
-        self, query_vector: Vectors, top_k: int, tenant_id: str, identity: ModelIdentity
-    ) -> list[ScoredId]: ...
+        self,
+        query_vector: Vectors,
+        top_k: int,
+        tenant_id: str,
+        identity: ModelIdentity,
+        access: TermExpr | None = None,
+    ) -> list[ScoredId]:
+        """Top-k of the tenant; with `access`, of the chunks it allows only, chosen inside the
+        index (exact over them, or HNSW with an id selector: ragindex.filters.dense_plan)."""
+        ...
 
 
 class LexicalIndex(Protocol):
@@ -54,7 +63,11 @@ class LexicalIndex(Protocol):
 
     def delete(self, tenant_id: str, chunk_ids: Sequence[str]) -> None: ...
 
-    def search(self, query: str, top_k: int, tenant_id: str) -> list[ScoredId]: ...
+    def search(
+        self, query: str, top_k: int, tenant_id: str, access: TermExpr | None = None
+    ) -> list[ScoredId]:
+        """BM25 top-k of the tenant; `access` (ragindex.filters) runs as filter clauses."""
+        ...
 
     def count(self, tenant_id: str) -> int: ...
 

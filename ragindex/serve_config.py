@@ -22,7 +22,7 @@ import yaml
 from ragindex.config import AutoscalingSpec, RagIndexSpec
 
 Runtime = Literal["local", "cluster"]
-APP_IMPORT_PATH = "ragindex.app.serve_app:build_app"
+APP_IMPORT_PATH = "ragindex.app.serve:build_app"
 
 # Environment the operator sets on cluster pods and the Serve app reads.
 ES_USERNAME_ENV = "RAGINDEX_ES_USERNAME"
@@ -134,8 +134,20 @@ def render_serve_config(
     host: str = "0.0.0.0",
     port: int = 8000,
     route_prefix: str = "/",
+    namespace: str | None = None,
 ) -> dict[str, Any]:
-    """The full Serve config (ServeDeploySchema shape) for one RagIndex application."""
+    """The full Serve config (ServeDeploySchema shape) for one RagIndex application.
+
+    `namespace` (the RagIndex's) names the index's log topics with `name`.
+    """
+    args: dict[str, Any] = {
+        "spec": spec.model_dump(mode="json", by_alias=True),
+        "name": name,
+        "data_dir": data_dir,
+        "runtime": runtime,
+    }
+    if namespace is not None:
+        args["namespace"] = namespace
     return {
         "proxy_location": "EveryNode",
         "http_options": {"host": host, "port": port},
@@ -144,12 +156,7 @@ def render_serve_config(
                 "name": name,
                 "route_prefix": route_prefix,
                 "import_path": APP_IMPORT_PATH,
-                "args": {
-                    "spec": spec.model_dump(mode="json", by_alias=True),
-                    "name": name,
-                    "data_dir": data_dir,
-                    "runtime": runtime,
-                },
+                "args": args,
                 "deployments": deployment_layout(spec, runtime),
             }
         ],

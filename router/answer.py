@@ -15,13 +15,14 @@ import time
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Annotated, Literal, Protocol
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, Field, Strict
 
 from ragindex.errors import InvalidInput
 from ragindex.protocols import Embedder
+from ragindex.router.access import ReadScope
 from ragindex.router.context import (
     DEFAULT_MAX_CHUNKS,
     DEFAULT_MAX_TOKENS,
@@ -38,7 +39,8 @@ from ragindex.router.grounding import (
     coverage,
 )
 from ragindex.router.prompt import NO_ANSWER, FlaggedChunk, flag_chunks
-from ragindex.router.query import MAX_K, MAX_QUERY_CHARS, SearchResult, validate_search
+from ragindex.router.query import MAX_K, MAX_QUERY_CHARS, Access, SearchResult, validate_search
+from ragindex.types import VISIBLE_PATTERN
 
 SupportSignal = Literal["dense", "lexical"]
 
@@ -61,6 +63,7 @@ class Searcher(Protocol):
         k: int | None = None,
         mode: str = "hybrid",
         rerank: bool | None = None,
+        access: Access | None = None,
     ) -> SearchResult: ...
 
 
@@ -182,11 +185,18 @@ class AnswerService:
             return dense_support(question, context, self.embedder, exclude)
         return lexical_support(question, context, exclude)
 
-    def answer(self, tenant_id: str, question: str, k: int = DEFAULT_MAX_CHUNKS) -> Answer:
+    def answer(
+        self,
+        tenant_id: str,
+        question: str,
+        k: int = DEFAULT_MAX_CHUNKS,
+        access: Access | None = None,
+    ) -> Answer:
+        """Answer from the chunks `access` allows only: they are all the search returns."""
         question, k, _ = validate_search(question, k, self.mode)
         timings: dict[str, float] = {}
         with _timed(timings, "total"):
-            result = self.engine.search(tenant_id, question, k, self.mode, self.rerank)
+            result = self.engine.search(tenant_id, question, k, self.mode, self.rerank, access)
             timings.update({f"search.{s}": ms for s, ms in result.timings_ms.items()})
             with _timed(timings, "assemble"):
                 context = assemble_context(
@@ -265,13 +275,21 @@ def _timed(timings: dict[str, float], stage: str) -> Iterator[None]:
         timings[stage] = round((time.perf_counter() - start) * 1000, 3)
 
 
-class AnswerRequest(BaseModel):
+def _whole_float(value: object) -> object:
+    """JSON Schema counts 19.0 as an integer, so the API does too; 19.5 and "19" stay refused."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+Count = Annotated[int, Strict(), Field(ge=1, le=MAX_K), BeforeValidator(_whole_float)]
+"""How many chunks or hits (1..MAX_K), an integer as JSON Schema means it (19.0 counts).
+The bounds sit before the validator so that the schema states them as minimum/maximum."""
+
+
+class AnswerRequest(ReadScope):
     """Body of POST /v1/answer; the tenant comes from the caller's credentials, not from here."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    question: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
-    k: int = Field(DEFAULT_MAX_CHUNKS, ge=1, le=MAX_K)
+    question: str = Field(min_length=1, max_length=MAX_QUERY_CHARS, pattern=VISIBLE_PATTERN)
+    k: Count = DEFAULT_MAX_CHUNKS
 
 
 class SourceModel(BaseModel):

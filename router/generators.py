@@ -8,6 +8,7 @@ is the baseline any model has to beat.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -21,6 +22,8 @@ from ragindex.protocols import Embedder
 from ragindex.router.context import AssembledContext
 from ragindex.router.grounding import content_terms, coverage, split_sentences
 from ragindex.router.prompt import NO_ANSWER, build_messages, instruction_signals
+
+log = logging.getLogger(__name__)
 
 
 class Generator(Protocol):
@@ -69,28 +72,36 @@ class OpenAICompatibleGenerator:
         }
 
     def generate(self, question: str, context: AssembledContext) -> str:
+        # What the endpoint says goes to the log, never to the caller: an upstream error body
+        # can carry the prompt, other tenants' text or the endpoint's internals.
         try:
             response = self._client.post(self.url, json=self.request_body(question, context))
         except httpx.HTTPError as err:
-            raise BackendUnavailable(f"generator at {self.url} did not answer: {err}") from err
-        if response.status_code >= 500:
-            raise BackendUnavailable(
-                f"generator at {self.url} failed with HTTP {response.status_code}:"
-                f" {response.text[:200]}"
-            )
+            log.warning("generator %s did not answer: %s", self.url, err)
+            raise BackendUnavailable("the answer generator did not answer") from None
         if response.status_code >= 400:
+            log.warning(
+                "generator %s answered HTTP %s: %s",
+                self.url,
+                response.status_code,
+                response.text[:2000],
+            )
+            if response.status_code >= 500:
+                raise BackendUnavailable(
+                    f"the answer generator failed (HTTP {response.status_code})"
+                )
             raise RagIndexError(
-                f"generator at {self.url} refused the request with HTTP {response.status_code}:"
-                f" {response.text[:200]}"
+                f"the answer generator refused the request (HTTP {response.status_code})"
             )
         try:
             content = response.json()["choices"][0]["message"]["content"]
-        except (ValueError, KeyError, IndexError, TypeError) as err:
-            raise RagIndexError(
-                f"generator at {self.url} sent a malformed chat completion: {response.text[:200]}"
-            ) from err
+        except (ValueError, KeyError, IndexError, TypeError):
+            content = None
         if not isinstance(content, str):
-            raise RagIndexError(f"generator at {self.url} sent non-text content: {content!r}")
+            log.warning(
+                "generator %s sent a malformed chat completion: %s", self.url, response.text[:2000]
+            )
+            raise RagIndexError("the answer generator sent a malformed chat completion")
         return content.strip()
 
     def close(self) -> None:
@@ -105,7 +116,7 @@ class Candidate:
     rank: int
 
 
-_INLINE_CITE = re.compile(r"\[(\d+(?:\s*[,;]\s*\d+)*)\]")
+_INLINE_CITE = re.compile(r"\[(\d{1,6}(?:\s*[,;]\s*\d{1,6})*)\]")
 
 
 def clean_sentence(sentence: str) -> str:

@@ -36,9 +36,11 @@ STOPWORDS = frozenset(
 )
 
 _WORD = re.compile(r"[a-z0-9]+")
-_CITE_GROUP = re.compile(r"\[(\d+(?:\s*[,;]\s*\d+)*)\]")
+# Source ids are small: at most 6 digits, so "[<5000 digits>]" in a model's output is text,
+# not a citation (int() refuses strings past 4300 digits).
+_CITE_GROUP = re.compile(r"\[(\d{1,6}(?:\s*[,;]\s*\d{1,6})*)\]")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
-_LEADING_CITES = re.compile(r"^((?:\[\d+(?:\s*[,;]\s*\d+)*\]\s*)+)")
+_LEADING_CITES = re.compile(r"^((?:\[\d{1,6}(?:\s*[,;]\s*\d{1,6})*\]\s*)+)")
 
 
 def stem(word: str) -> str:

@@ -9,14 +9,14 @@ becomes a 500. Limits are enforced before anything is written (DESIGN.md invaria
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any, Literal, Protocol
+from typing import Annotated, Any, Literal, Protocol
 
-from fastapi import Depends, FastAPI, Header, HTTPException, Request
+from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -24,16 +24,49 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    WithJsonSchema,
+)
 
-from ragindex.errors import BackendUnavailable, IdentityMismatch, InvalidInput, RagIndexError
-from ragindex.router.answer import Answer, AnswerRequest, AnswerResponse
-from ragindex.router.auth import TokenVerifier, bearer_token
-from ragindex.router.query import MAX_K, MAX_QUERY_CHARS, SearchResult
-from ragindex.types import MAX_DOCUMENT_CHARS, Document
+from ragindex.config import LimitsSpec
+from ragindex.errors import (
+    BackendUnavailable,
+    IdentityMismatch,
+    InvalidInput,
+    NotConfigured,
+    RagIndexError,
+)
+from ragindex.router.access import Principal, PrincipalNotGranted, ReadScope, access_for
+from ragindex.router.answer import Answer, AnswerRequest, AnswerResponse, Count
+from ragindex.router.auth import Grant, TokenVerifier
+from ragindex.router.limits import TenantLimiter
+from ragindex.router.query import MAX_QUERY_CHARS, Access, SearchResult
+from ragindex.types import (
+    ID_PART_PATTERN,
+    MAX_ACL_PRINCIPALS,
+    MAX_DOCUMENT_CHARS,
+    MAX_METADATA_INT,
+    MAX_METADATA_KEY_CHARS,
+    MAX_METADATA_KEYS,
+    MAX_METADATA_LIST_ITEMS,
+    MAX_METADATA_STRING_CHARS,
+    MAX_TITLE_CHARS,
+    VISIBLE_PATTERN,
+    Document,
+    validate_timestamp,
+)
 
 MAX_BATCH_DOCUMENTS = 256
 MAX_BODY_BYTES = 16 * 1024 * 1024
+MAX_WAIT_S = 60.0  # the longest a writer may wait for read-your-writes
 API_VERSION = "v1"
 
 Scope = MutableMapping[str, Any]
@@ -47,14 +80,26 @@ class Backend(Protocol):
     """What the HTTP layer needs; the Serve Router and the tests implement it."""
 
     async def search(
-        self, tenant_id: str, query: str, k: int | None, mode: str, rerank: bool | None
+        self,
+        tenant_id: str,
+        query: str,
+        k: int | None,
+        mode: str,
+        rerank: bool | None,
+        access: Access | None = None,
     ) -> SearchResult: ...
 
-    async def upsert(self, tenant_id: str, documents: list[Document]) -> list[dict[str, Any]]: ...
+    async def upsert(
+        self, tenant_id: str, documents: list[Document], wait_s: float | None
+    ) -> dict[str, Any]: ...
 
-    async def delete(self, tenant_id: str, source: str, doc_id: str) -> int: ...
+    async def delete(
+        self, tenant_id: str, source: str, doc_id: str, wait_s: float | None
+    ) -> dict[str, Any]: ...
 
-    async def answer(self, tenant_id: str, question: str, k: int) -> Answer: ...
+    async def answer(
+        self, tenant_id: str, question: str, k: int, access: Access | None = None
+    ) -> Answer: ...
 
     async def stats(self, tenant_id: str) -> dict[str, Any]: ...
 
@@ -68,23 +113,67 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
-class DocumentIn(_Strict):
-    source: StrictStr = Field(description="Where the document comes from (no ':' '/' or spaces).")
-    doc_id: StrictStr = Field(description="Id of the document within its source.")
-    title: StrictStr = Field("", description="Title, shown with every hit of the document.")
-    text: StrictStr = Field(max_length=MAX_DOCUMENT_CHARS, description="Full text.")
-    updated: StrictStr | None = Field(None, description="ISO-8601 time of the last change.")
-    metadata: dict[str, Any] = Field(default_factory=dict, description="Free-form metadata.")
+# The request constraints live in these types, so that the OpenAPI document states them and
+# pydantic enforces exactly what it states; the core (Document) checks the same rules again
+# for every other entry point.
+IdPart = Annotated[StrictStr, Field(pattern=ID_PART_PATTERN)]
+TEXT_PATTERN = r"^[^\x00\ufffd]*[^\s\x00-\x1f\x7f-\x9f\ufeff\ufffd][^\x00\ufffd]*$"
+"""Some visible character, and no NUL or U+FFFD (the marks of text that was not UTF-8)."""
+MetaScalar = (
+    StrictBool
+    | Annotated[StrictInt, Field(ge=-MAX_METADATA_INT, le=MAX_METADATA_INT)]
+    | Annotated[StrictFloat, Field(ge=-MAX_METADATA_INT, le=MAX_METADATA_INT)]
+    | Annotated[StrictStr, Field(max_length=MAX_METADATA_STRING_CHARS)]
+    | None
+)
+MetaValue = MetaScalar | Annotated[list[MetaScalar], Field(max_length=MAX_METADATA_LIST_ITEMS)]
+MetaKey = Annotated[StrictStr, Field(min_length=1, max_length=MAX_METADATA_KEY_CHARS)]
 
-    @field_validator("updated")
-    @classmethod
-    def _iso8601(cls, value: str | None) -> str | None:
-        if value is not None:
-            try:
-                datetime.fromisoformat(value)
-            except ValueError as err:
-                raise ValueError(f"updated must be an ISO-8601 timestamp, got {value!r}") from err
-        return value
+
+def _timestamp(value: str) -> str:
+    try:
+        return validate_timestamp("updated", value)
+    except InvalidInput as err:
+        raise ValueError(str(err)) from None
+
+
+Timestamp = Annotated[
+    StrictStr,
+    AfterValidator(_timestamp),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "anyOf": [{"format": "date"}, {"format": "date-time"}],
+            "description": "RFC 3339 date or date-time of the last change.",
+        }
+    ),
+]
+
+
+class DocumentIn(_Strict):
+    source: IdPart = Field(
+        description="Where the document comes from: no whitespace, control characters, ':' or '/'."
+    )
+    doc_id: IdPart = Field(description="Id of the document within its source (same rules).")
+    title: StrictStr = Field(
+        "", max_length=MAX_TITLE_CHARS, description="Title, shown with every hit of the document."
+    )
+    text: StrictStr = Field(
+        max_length=MAX_DOCUMENT_CHARS, pattern=TEXT_PATTERN, description="Full text."
+    )
+    updated: Timestamp | None = Field(None, description="RFC 3339 time of the last change.")
+    metadata: dict[MetaKey, MetaValue] = Field(
+        default_factory=dict,
+        max_length=MAX_METADATA_KEYS,
+        description="Flat metadata: scalars or short lists of scalars, copied to every chunk.",
+    )
+    acl: list[Principal] | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_ACL_PRINCIPALS,
+        description="Principals that may read the document (`user:alice`, `group:eng`);"
+        " absent: everyone in the tenant.",
+    )
 
 
 class UpsertRequest(_Strict):
@@ -93,27 +182,26 @@ class UpsertRequest(_Strict):
     )
 
 
-class DocumentResult(BaseModel):
+class AcceptedDocument(BaseModel):
     source: str
     doc_id: str
-    added: int = Field(description="Chunks embedded and written.")
-    unchanged: int = Field(description="Chunks whose content hash was already indexed.")
-    removed: int = Field(description="Chunks of the previous version that were deleted.")
+    partition: int = Field(description="Partition of the `docs` log the write went to.")
+    offset: int = Field(description="Its offset there: durable once this answer is sent.")
 
 
-class UpsertResponse(BaseModel):
-    results: list[DocumentResult] = Field(description="One entry per document, in request order.")
+class AcceptedResponse(BaseModel):
+    accepted: list[AcceptedDocument] = Field(
+        description="One entry per document, in request order; each is durable in the log."
+    )
+    applied: bool | None = Field(
+        description="With `wait`: whether every shard replica and the BM25 view applied the"
+        " writes before the timeout (read-your-writes); null without `wait`."
+    )
 
 
-class DeleteResponse(BaseModel):
-    source: str
-    doc_id: str
-    removed: int
-
-
-class SearchRequest(_Strict):
-    query: StrictStr = Field(min_length=1, max_length=MAX_QUERY_CHARS)
-    k: StrictInt | None = Field(None, ge=1, le=MAX_K, description="Hits to return (1..100).")
+class SearchRequest(ReadScope):
+    query: StrictStr = Field(min_length=1, max_length=MAX_QUERY_CHARS, pattern=VISIBLE_PATTERN)
+    k: Count | None = Field(None, description="Hits to return (1..100).")
     mode: Literal["hybrid", "dense", "lexical"] = "hybrid"
     rerank: StrictBool | None = Field(None, description="Rerank; default: when configured.")
 
@@ -134,6 +222,30 @@ class SearchResponse(BaseModel):
     warnings: list[str] = []
 
 
+class StatsResponse(BaseModel):
+    """The caller's tenant only: nothing here counts another tenant's data or writes."""
+
+    tenant: str
+    chunks: int
+    documents: int
+    dense_vectors: int
+    lexical_docs: int
+    shards: int
+    freshness_bound_s: float
+    staleness_s: float | None = Field(None, description="Age of this replica's view, when known.")
+
+
+class ReadyResponse(BaseModel):
+    status: Literal["ready", "degraded", "not ready"]
+    detail: str
+
+
+class ErrorBody(BaseModel):
+    """Every error: one readable message that says what is wrong."""
+
+    detail: str
+
+
 # ---------------------------------------------------------------- pure decisions
 
 
@@ -142,10 +254,10 @@ def status_for_error(err: BaseException) -> int:
     cause = getattr(err, "cause", None)
     if isinstance(cause, BaseException) and cause is not err:
         err = cause
+    if isinstance(err, (IdentityMismatch, NotConfigured)):
+        return 409
     if isinstance(err, InvalidInput):
         return 400
-    if isinstance(err, IdentityMismatch):
-        return 409
     if isinstance(err, BackendUnavailable):
         return 503
     return 500
@@ -289,14 +401,68 @@ async def _send_413(send: Send, limit: int) -> None:
 # ---------------------------------------------------------------- the app
 
 
+def _error(description: str, headers: dict[str, Any] | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"model": ErrorBody, "description": description}
+    if headers:
+        out["headers"] = headers
+    return out
+
+
+RETRY_AFTER = {
+    "Retry-After": {
+        "description": "Seconds to wait before retrying.",
+        "schema": {"type": "integer"},
+    }
+}
+READ_ERRORS: dict[int | str, dict[str, Any]] = {
+    403: _error("The request asks for a principal its token does not hold (names it).")
+}
+AUTH_ERRORS: dict[int | str, dict[str, Any]] = {
+    401: _error(
+        "Missing or unknown bearer token.",
+        {"WWW-Authenticate": {"description": "Bearer", "schema": {"type": "string"}}},
+    ),
+    429: _error("The tenant is over its concurrency or rate limit.", RETRY_AFTER),
+}
+BACKEND_ERRORS: dict[int | str, dict[str, Any]] = {
+    400: _error("The request is well-formed but its content is refused (says why)."),
+    409: _error(
+        "The request asks for what this index is not set up to do (e.g. rerank without a"
+        " reranker), or the index was built by another embedding model than this replica runs."
+    ),
+    503: _error("The index is opening or a backend is down; retry shortly."),
+}
+BODY_ERRORS: dict[int | str, dict[str, Any]] = {
+    400: _error("The body is not valid JSON, or its content is refused (says why)."),
+    413: _error("The body is larger than the limit."),
+    422: _error("The body does not match the schema (names the field)."),
+}
+BEARER = HTTPBearer(auto_error=False, description="A token from `ragindex token create`.")
+"""Declares the bearer scheme in the OpenAPI document; a missing token is our 401, not its 403."""
+UPSERT_LINKS = {
+    # For clients and the stateful contract test: an upserted document can be deleted.
+    "DeleteDocument": {
+        "operationId": "delete_document",
+        "parameters": {
+            "source": "$request.body#/documents/0/source",
+            "doc_id": "$request.body#/documents/0/doc_id",
+        },
+    }
+}
+
+
 def create_app(
     backend: Backend,
     verifier: TokenVerifier,
     *,
     max_body_bytes: int = MAX_BODY_BYTES,
     registry: CollectorRegistry | None = None,
+    limits: LimitsSpec | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> FastAPI:
-    """The v1 API over one backend; each app has its own Prometheus registry."""
+    """The v1 API over one backend; each app has its own Prometheus registry and per-tenant
+    limiter (`limits`: the spec's, else the defaults)."""
+    limiter = TenantLimiter(limits or LimitsSpec())
     registry = registry or CollectorRegistry()
     requests = Counter(
         "ragindex_http_requests",
@@ -315,7 +481,8 @@ def create_app(
         title="ragindex",
         version="1",
         description="Hybrid retrieval (dense + BM25, fused by rank) for RAG. Every /v1 call"
-        " needs `Authorization: Bearer <token>`; the token decides the tenant.",
+        " needs `Authorization: Bearer <token>`; the token decides the tenant. A tenant over"
+        " its concurrency or rate limit gets 429 with `Retry-After`.",
     )
 
     @app.exception_handler(RequestValidationError)
@@ -327,62 +494,166 @@ def create_app(
     async def _refused(_: Request, err: RagIndexError) -> JSONResponse:
         return JSONResponse({"detail": error_message(err)}, status_code=status_for_error(err))
 
-    def tenant(authorization: str | None = Header(None)) -> str:
-        found = verifier.tenant_for(bearer_token(authorization))
+    async def caller(
+        credentials: Annotated[HTTPAuthorizationCredentials | None, Security(BEARER)],
+    ) -> AsyncIterator[Grant]:
+        """The caller's grant (tenant and principals), admitted by its tenant's limits for the
+        length of the request."""
+        found = verifier.grant_for(credentials.credentials) if credentials else None
         if found is None:
             raise HTTPException(
                 status_code=401,
                 detail="missing or unknown bearer token",
                 headers={"WWW-Authenticate": "Bearer"},
             )
-        return found
+        admission = limiter.admit(found.tenant, clock())
+        if not admission.admitted:
+            raise HTTPException(
+                status_code=429,
+                detail=admission.reason,
+                headers={"Retry-After": str(admission.retry_after_s)},
+            )
+        try:
+            yield found
+        finally:
+            limiter.release(found.tenant)
 
-    @app.post("/v1/documents", response_model=UpsertResponse, tags=["documents"])
-    async def upsert(body: UpsertRequest, tenant_id: str = Depends(tenant)) -> UpsertResponse:
-        """Upsert a batch; answers per document how many chunks were added/unchanged/removed."""
+    def tenant(grant: Grant = Depends(caller)) -> str:  # noqa: B008 (FastAPI's idiom)
+        return grant.tenant
+
+    def reads(scope: ReadScope, grant: Grant) -> Access:
+        try:
+            return access_for(grant, scope)
+        except PrincipalNotGranted as err:
+            raise HTTPException(status_code=403, detail=str(err)) from None
+
+    def wait_s(
+        wait: bool = Query(
+            False, description="Answer only once the writes are searchable everywhere."
+        ),
+        wait_timeout_s: float = Query(
+            MAX_WAIT_S / 2, gt=0, le=MAX_WAIT_S, description="Upper bound of the wait."
+        ),
+    ) -> float | None:
+        return wait_timeout_s if wait else None
+
+    @app.post(
+        "/v1/documents",
+        response_model=AcceptedResponse,
+        status_code=202,
+        tags=["documents"],
+        operation_id="upsert_documents",
+        responses={**AUTH_ERRORS, **BACKEND_ERRORS, **BODY_ERRORS, 202: {"links": UPSERT_LINKS}},
+    )
+    async def upsert(
+        body: UpsertRequest,
+        tenant_id: str = Depends(tenant),
+        wait_for: float | None = Depends(wait_s),
+    ) -> AcceptedResponse:
+        """Upsert a batch: 202 once every document is durable in the log. `?wait=true` answers
+        once their chunks are searchable on every shard replica and in BM25 (or the timeout)."""
         docs = [Document(**d.model_dump()) for d in body.documents]
-        results = await backend.upsert(tenant_id, docs)
-        return UpsertResponse(results=[DocumentResult(**r) for r in results])
+        return AcceptedResponse(**await backend.upsert(tenant_id, docs, wait_for))
 
     @app.delete(
-        "/v1/documents/{source}/{doc_id}", response_model=DeleteResponse, tags=["documents"]
+        "/v1/documents/{source}/{doc_id}",
+        response_model=AcceptedResponse,
+        status_code=202,
+        tags=["documents"],
+        operation_id="delete_document",
+        responses={
+            **AUTH_ERRORS,
+            **BACKEND_ERRORS,
+            422: _error("A path segment or query parameter is malformed (names it)."),
+        },
     )
-    async def delete(source: str, doc_id: str, tenant_id: str = Depends(tenant)) -> DeleteResponse:
-        """Delete a document; its chunks are tombstoned and never returned again."""
-        removed = await backend.delete(tenant_id, source, doc_id)
-        return DeleteResponse(source=source, doc_id=doc_id, removed=removed)
+    async def delete(
+        source: Annotated[str, Path(pattern=ID_PART_PATTERN)],
+        doc_id: Annotated[str, Path(pattern=ID_PART_PATTERN)],
+        tenant_id: str = Depends(tenant),
+        wait_for: float | None = Depends(wait_s),
+    ) -> AcceptedResponse:
+        """Delete a document through the log; its chunks are tombstoned and never returned."""
+        return AcceptedResponse(**await backend.delete(tenant_id, source, doc_id, wait_for))
 
-    @app.post("/v1/search", response_model=SearchResponse, tags=["search"])
-    async def search(body: SearchRequest, tenant_id: str = Depends(tenant)) -> SearchResponse:
-        """Hybrid (or single-leg) search within the caller's tenant."""
-        result = await backend.search(tenant_id, body.query, body.k, body.mode, body.rerank)
+    @app.post(
+        "/v1/search",
+        response_model=SearchResponse,
+        tags=["search"],
+        operation_id="search",
+        responses={**AUTH_ERRORS, **READ_ERRORS, **BACKEND_ERRORS, **BODY_ERRORS},
+    )
+    async def search(
+        body: SearchRequest,
+        grant: Grant = Depends(caller),  # noqa: B008 (FastAPI's idiom)
+    ) -> SearchResponse:
+        """Hybrid (or single-leg) search within the caller's tenant, over the chunks its
+        principals may read and its `filter` selects (both applied inside every leg)."""
+        access = reads(body, grant)
+        result = await backend.search(
+            grant.tenant, body.query, body.k, body.mode, body.rerank, access
+        )
         return hit_out(result)
 
-    @app.post("/v1/answer", response_model=AnswerResponse, tags=["answers"])
-    async def answer(body: AnswerRequest, tenant_id: str = Depends(tenant)) -> AnswerResponse:
-        """A cited answer from the caller's tenant's sources, or `refused: true`."""
-        return AnswerResponse.from_answer(await backend.answer(tenant_id, body.question, body.k))
+    @app.post(
+        "/v1/answer",
+        response_model=AnswerResponse,
+        tags=["answers"],
+        operation_id="answer",
+        responses={**AUTH_ERRORS, **READ_ERRORS, **BACKEND_ERRORS, **BODY_ERRORS},
+    )
+    async def answer(
+        body: AnswerRequest,
+        grant: Grant = Depends(caller),  # noqa: B008 (FastAPI's idiom)
+    ) -> AnswerResponse:
+        """A cited answer from the caller's tenant's sources it may read (and its `filter`
+        selects), or `refused: true`."""
+        access = reads(body, grant)
+        answered = await backend.answer(grant.tenant, body.question, body.k, access)
+        return AnswerResponse.from_answer(answered)
 
-    @app.get("/v1/stats", tags=["ops"])
-    async def stats(tenant_id: str = Depends(tenant)) -> dict[str, Any]:
-        """Counts for the caller's tenant and the index layout."""
-        return await backend.stats(tenant_id)
+    @app.get(
+        "/v1/stats",
+        response_model=StatsResponse,
+        tags=["ops"],
+        operation_id="stats",
+        responses={**AUTH_ERRORS, 503: BACKEND_ERRORS[503]},
+    )
+    async def stats(tenant_id: str = Depends(tenant)) -> StatsResponse:
+        """Counts for the caller's tenant and the index layout; nothing about other tenants."""
+        return StatsResponse.model_validate(await backend.stats(tenant_id))
 
-    @app.get("/healthz", tags=["ops"])
+    @app.get("/healthz", tags=["ops"], operation_id="healthz")
     async def healthz() -> dict[str, str]:
         """Liveness: the process answers."""
         return {"status": "ok"}
 
-    @app.get("/readyz", tags=["ops"])
+    @app.get(
+        "/readyz",
+        tags=["ops"],
+        operation_id="readyz",
+        response_model=ReadyResponse,
+        responses={503: {"model": ReadyResponse, "description": "Not ready yet (says why)."}},
+    )
     async def readyz() -> JSONResponse:
-        """Readiness: indexes open and caught up; 503 until then."""
+        """Readiness: views open (503 until then); `degraded` while searches work but writes
+        cannot reach the log."""
         ok, reason = await backend.ready()
         return JSONResponse(
-            {"status": "ready" if ok else "not ready", "detail": reason},
+            {
+                "status": ("ready" if reason == "ok" else "degraded") if ok else "not ready",
+                "detail": reason,
+            },
             status_code=200 if ok else 503,
         )
 
-    @app.get("/metrics", tags=["ops"], response_class=PlainTextResponse)
+    @app.get(
+        "/metrics",
+        tags=["ops"],
+        operation_id="metrics",
+        response_class=PlainTextResponse,
+        responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
+    )
     async def metrics() -> Response:
         """Prometheus text exposition of this replica's metrics."""
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

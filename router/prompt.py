@@ -10,6 +10,7 @@ response names them and the groundedness check never lets them support a citatio
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass
 
 from ragindex.router.context import AssembledContext
@@ -51,9 +52,24 @@ class FlaggedChunk:
     reasons: tuple[str, ...]  # names of the patterns it matched
 
 
+_INVISIBLE = re.compile("[\u00ad\u180e\u200b-\u200f\u2060-\u2064\ufeff]")
+_SPACES = re.compile(r"\s+")
+
+
 def instruction_signals(text: str) -> tuple[str, ...]:
-    """Names of the instruction-like patterns a text matches (empty when it reads as data)."""
-    return tuple(name for name, pattern in INSTRUCTION_PATTERNS.items() if pattern.search(text))
+    """Names of the instruction-like patterns a text matches (empty when it reads as data).
+
+    Matched after NFKC (full-width and styled letters become plain) with zero-width and
+    soft-hyphen characters removed, both as lines (for `^system:` tags) and with every run of
+    whitespace made one space, so "ig\u200bnore all previous\ninstructions" is caught.
+    """
+    visible = _INVISIBLE.sub("", unicodedata.normalize("NFKC", text))
+    flat = _SPACES.sub(" ", visible)
+    return tuple(
+        name
+        for name, pattern in INSTRUCTION_PATTERNS.items()
+        if pattern.search(flat) or pattern.search(visible)
+    )
 
 
 def flag_chunks(context: AssembledContext) -> list[FlaggedChunk]:

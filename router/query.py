@@ -13,11 +13,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from ragindex.config import FusionSpec, LexicalSpec, RerankerSpec
-from ragindex.errors import BackendUnavailable, InvalidInput
+from ragindex.config import FusionSpec, LexicalSpec, RerankerSpec, RocchioSpec
+from ragindex.errors import BackendUnavailable, InvalidInput, NotConfigured
+from ragindex.feedback import rocchio
+from ragindex.filters import Filter, TermExpr, compile_access, matches
 from ragindex.fusion import reciprocal_rank_fusion
-from ragindex.protocols import DenseIndex, Embedder, LexicalIndex, Reranker
-from ragindex.types import Chunk, Hit, validate_tenant
+from ragindex.ingest.pipeline import passage_text
+from ragindex.protocols import DenseIndex, Embedder, LexicalIndex, Reranker, Vectors
+from ragindex.types import Chunk, Hit, ScoredId, refuse_surrogates, validate_tenant
 
 Mode = Literal["hybrid", "dense", "lexical"]
 MODES: tuple[str, ...] = ("hybrid", "dense", "lexical")
@@ -27,6 +30,20 @@ MAX_K = 100
 
 class ChunkLookup(Protocol):
     def get_chunks(self, tenant_id: str, chunk_ids: Sequence[str]) -> dict[str, Chunk]: ...
+
+
+@dataclass(frozen=True)
+class Access:
+    """Who reads (`principals`: None is the operator, whom no ACL limits) and what they ask."""
+
+    principals: frozenset[str] | None = None
+    filter: Filter | None = None
+
+    def expression(self) -> TermExpr | None:
+        return compile_access(self.filter, self.principals)
+
+    def allows(self, chunk: Chunk) -> bool:
+        return matches(chunk, self.filter, self.principals)
 
 
 @dataclass
@@ -40,6 +57,7 @@ def validate_search(query: object, k: object, mode: object) -> tuple[str, int, M
     """Check a search request; raise InvalidInput naming what is wrong."""
     if not isinstance(query, str) or not query.strip():
         raise InvalidInput("query must be a non-empty string")
+    refuse_surrogates("query", query)
     if len(query) > MAX_QUERY_CHARS:
         raise InvalidInput(
             f"query has {len(query)} characters, more than the limit of {MAX_QUERY_CHARS}"
@@ -62,6 +80,7 @@ class QueryEngine:
         lexical_spec: LexicalSpec,
         reranker: Reranker | None = None,
         reranker_spec: RerankerSpec | None = None,
+        rocchio: RocchioSpec | None = None,
     ) -> None:
         self.embedder = embedder
         self.dense = dense
@@ -71,6 +90,7 @@ class QueryEngine:
         self.lexical_spec = lexical_spec
         self.reranker = reranker
         self.reranker_spec = reranker_spec or RerankerSpec()
+        self.rocchio = rocchio or RocchioSpec()
 
     def search(
         self,
@@ -79,31 +99,40 @@ class QueryEngine:
         k: int | None = None,
         mode: str = "hybrid",
         rerank: bool | None = None,
+        access: Access | None = None,
     ) -> SearchResult:
-        """Hybrid (or single-leg) search for one tenant; the tenant filter is inside each leg."""
+        """Hybrid (or single-leg) search for one tenant; the tenant filter, the caller's
+        principals and the request's filter are inside each leg (`access`)."""
         tenant_id = validate_tenant(tenant_id)
         query, k, checked_mode = validate_search(query, self.fusion.top_k if k is None else k, mode)
         use_rerank = self.reranker is not None if rerank is None else rerank
         if use_rerank and self.reranker is None:
-            raise InvalidInput("rerank was requested but this index has no reranker configured")
+            raise NotConfigured("rerank was requested but this index has no reranker configured")
 
         result = SearchResult(hits=[])
         timings = result.timings_ms
         candidates = max(self.fusion.candidates, k)
         legs: dict[str, list[str]] = {}
+        access = access or Access()
+        expr = access.expression()
 
         if checked_mode in ("hybrid", "dense"):
             with _timed(timings, "embed"):
                 vector = self.embedder.embed_queries([query])
             with _timed(timings, "dense"):
                 dense_hits = self.dense.search(
-                    vector, candidates, tenant_id, self.embedder.identity
+                    vector, candidates, tenant_id, self.embedder.identity, expr
                 )
+            if self.rocchio.enabled and dense_hits:
+                with _timed(timings, "rocchio"):
+                    dense_hits = self._rocchio_search(
+                        tenant_id, vector, dense_hits, candidates, expr
+                    )
             legs["dense"] = [h.chunk_id for h in dense_hits]
         if checked_mode in ("hybrid", "lexical"):
             try:
                 with _timed(timings, "lexical"):
-                    lexical_hits = self.lexical.search(query, candidates, tenant_id)
+                    lexical_hits = self.lexical.search(query, candidates, tenant_id, expr)
                 legs["lexical"] = [h.chunk_id for h in lexical_hits]
             except BackendUnavailable as err:
                 if checked_mode == "lexical" or self.lexical_spec.on_unavailable == "error":
@@ -111,13 +140,21 @@ class QueryEngine:
                 result.warnings.append(f"lexical leg unavailable, dense-only result: {err}")
 
         with _timed(timings, "fusion"):
-            fused = reciprocal_rank_fusion(legs, k=self.fusion.rrf_k)
+            weights = {"dense": self.fusion.dense_weight, "lexical": self.fusion.lexical_weight}
+            if len(legs) == 1:  # one leg alone keeps its own order, whatever its weight
+                weights = {}
+            fused = reciprocal_rank_fusion(legs, k=self.fusion.rrf_k, weights=weights)
         pool_size = self.reranker_spec.top_n if use_rerank else k
         pool = fused[:pool_size]
         with _timed(timings, "fetch"):
             found = self.chunks.get_chunks(tenant_id, [f.chunk_id for f in pool])
-        # A chunk deleted between the leg search and the fetch is simply not returned.
-        hits = [Hit(found[f.chunk_id], f.score, f.ranks) for f in pool if f.chunk_id in found]
+        # A chunk deleted, or re-written with another ACL or metadata, between the leg search
+        # and the fetch is simply not returned.
+        hits = [
+            Hit(found[f.chunk_id], f.score, f.ranks)
+            for f in pool
+            if f.chunk_id in found and access.allows(found[f.chunk_id])
+        ]
 
         if use_rerank and self.reranker is not None and hits:
             with _timed(timings, "rerank"):
@@ -128,6 +165,28 @@ class QueryEngine:
             hits.sort(key=lambda h: -h.score)
         result.hits = hits[:k]
         return result
+
+    def _rocchio_search(
+        self,
+        tenant_id: str,
+        vector: Vectors,
+        hits: list[ScoredId],
+        candidates: int,
+        expr: TermExpr | None,
+    ) -> list[ScoredId]:
+        """Search the dense leg again with the query moved towards its top hits (Rocchio).
+
+        The hits' vectors are re-embedded from their stored text (the DenseIndex protocol
+        returns ids, not vectors), as ingest embedded them: this costs one passage batch."""
+        top = [h.chunk_id for h in hits[: self.rocchio.docs]]
+        found = self.chunks.get_chunks(tenant_id, top)
+        texts = [passage_text(found[cid]) for cid in top if cid in found]
+        if not texts:
+            return hits
+        moved = rocchio(
+            vector, self.embedder.embed_passages(texts), self.rocchio.alpha, self.rocchio.beta
+        )
+        return self.dense.search(moved, candidates, tenant_id, self.embedder.identity, expr)
 
 
 @contextmanager

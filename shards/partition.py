@@ -13,7 +13,7 @@ returned. `compacted()` rebuilds without tombstones.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any, Literal
 
 import faiss
@@ -21,6 +21,7 @@ import numpy as np
 
 from ragindex.config import HnswSpec
 from ragindex.errors import InvalidInput
+from ragindex.filters import dense_plan
 from ragindex.protocols import Vectors
 from ragindex.shards.vectors import (
     prepare_query,
@@ -31,6 +32,8 @@ from ragindex.shards.vectors import (
 from ragindex.types import ScoredId
 
 Kind = Literal["flat", "hnsw"]
+ALLOWED_CACHED = 16
+GATHERED_CACHED = 4  # matrices of at most max(exact_threshold, 12 % of the partition) vectors
 
 
 def choose_kind(live: int, exact_threshold: int) -> Kind:
@@ -56,6 +59,10 @@ class TenantPartition:
         self._tombstones: set[int] = set()  # retired ids still inside an HNSW graph
         self._next_id = 0
         self._selector: tuple[Any, Any] | None = None  # (IDSelectorBatch, IDSelectorNot)
+        # allowed ids (a frozenset, as TermPostings.select keeps it) -> (internal ids, selector),
+        # until the next write
+        self._allowed: dict[frozenset[str], tuple[np.ndarray, Any]] = {}
+        self._gathered: dict[frozenset[str], Vectors] = {}  # their vectors, for exact search
 
     def __len__(self) -> int:
         return len(self._internal)
@@ -69,6 +76,11 @@ class TenantPartition:
 
     def chunk_ids(self) -> list[str]:
         return list(self._internal)
+
+    def live_vectors(self) -> tuple[list[str], Vectors]:
+        """Every live chunk id and its stored vector (to rebuild the same data another way)."""
+        internal = np.array(list(self._chunk), dtype=np.int64)
+        return [self._chunk[int(i)] for i in internal], self._vectors_of(internal)
 
     def _new_index(self, kind: Kind) -> Any:
         inner: Any
@@ -100,6 +112,8 @@ class TenantPartition:
         else:
             self._retire(replaced)
             self._index.add_with_ids(vecs, new_internal)
+        self._allowed.clear()
+        self._gathered.clear()
         for cid, iid in zip(ids, new_internal.tolist(), strict=True):
             self._chunk.pop(self._internal.get(cid, -1), None)
             self._internal[cid] = iid
@@ -109,6 +123,8 @@ class TenantPartition:
     def delete(self, chunk_ids: Sequence[str]) -> int:
         """Retire the given chunk ids (unknown ones are ignored); returns how many were live."""
         ids = validate_chunk_ids(chunk_ids)
+        self._allowed.clear()
+        self._gathered.clear()
         retired = [self._internal.pop(c) for c in ids if c in self._internal]
         for iid in retired:
             del self._chunk[iid]
@@ -134,6 +150,8 @@ class TenantPartition:
         if len(internal_ids):
             index.add_with_ids(vecs, internal_ids)
         self._index, self.kind = index, kind
+        self._allowed.clear()
+        self._gathered.clear()
         self._tombstones.clear()
         self._selector = None
 
@@ -142,23 +160,80 @@ class TenantPartition:
         live = np.array(list(self._chunk), dtype=np.int64)
         self._rebuild(choose_kind(len(live), self.exact_threshold), self._vectors_of(live), live)
 
-    def search(self, query_vector: object, top_k: int) -> list[ScoredId]:
-        """Top-k live chunks by inner product of unit vectors (cosine), best first."""
-        k = min(validate_top_k(top_k), len(self._internal))
+    def search(
+        self, query_vector: object, top_k: int, allowed: Collection[str] | None = None
+    ) -> list[ScoredId]:
+        """Top-k live chunks by inner product of unit vectors (cosine), best first.
+
+        `allowed` (chunk ids) restricts the search inside the index: exact over the allowed
+        vectors or HNSW with an id selector and a raised efSearch, as `dense_plan` decides."""
         query = prepare_query(query_vector, self.dim)
+        k = validate_top_k(top_k)
+        if allowed is None:
+            return self._search_all(query, min(k, len(self._internal)))
+        wanted, selector = self._allowed_ids(allowed)
+        plan = dense_plan(
+            len(wanted), len(self._internal), k, self.hnsw.ef_search, self.exact_threshold
+        )
+        if not len(wanted):
+            return []
+        if plan.exact or self.kind == "flat":
+            scores = self._gathered_vectors(allowed, wanted) @ query[0]
+            top = np.argsort(-scores, kind="stable")[:k]
+            return [ScoredId(self._chunk[int(wanted[i])], float(scores[i])) for i in top]
+        params = faiss.SearchParametersHNSW()  # type: ignore[attr-defined]  # no stub
+        params.efSearch = max(plan.ef_search, k)
+        params.sel = selector  # live ids only: no tombstone inside
+        scores_, labels = self._index.search(query, min(k, len(wanted)), params=params)
+        return self._hits(scores_, labels)
+
+    def _allowed_ids(self, allowed: Collection[str]) -> tuple[np.ndarray, Any]:
+        """Internal ids of the live allowed chunks and their IDSelectorBatch (cached per
+        frozenset until the next write: repeated principals and filters cost nothing)."""
+        key = allowed if isinstance(allowed, frozenset) else None
+        if key is not None and key in self._allowed:
+            return self._allowed[key]
+        internal = self._internal
+        wanted = np.fromiter((internal[c] for c in allowed if c in internal), dtype=np.int64)
+        found = wanted, faiss.IDSelectorBatch(wanted)
+        if key is not None:
+            if len(self._allowed) >= ALLOWED_CACHED:
+                self._allowed.pop(next(iter(self._allowed)))
+            self._allowed[key] = found
+        return found
+
+    def _gathered_vectors(self, allowed: Collection[str], wanted: np.ndarray) -> Vectors:
+        """The allowed vectors as one matrix: gathered once per allowed set until the next
+        write (gathering costs more than the search), for a few sets at a time."""
+        key = allowed if isinstance(allowed, frozenset) else None
+        if key is not None and key in self._gathered:
+            return self._gathered[key]
+        vectors = self._vectors_of(wanted)
+        if key is not None:
+            if len(self._gathered) >= GATHERED_CACHED:
+                self._gathered.pop(next(iter(self._gathered)))
+            self._gathered[key] = vectors
+        return vectors
+
+    def _search_all(self, query: Vectors, k: int) -> list[ScoredId]:
         if k == 0:
             return []
         if self.kind == "flat":
             scores, labels = self._index.search(query, k)
         else:
             params = faiss.SearchParametersHNSW()  # type: ignore[attr-defined]  # no stub
-            params.efSearch = max(self.hnsw.ef_search, k)
+            # efSearch is honoured as given, even below k (FAISS still returns k hits): a
+            # clamp to k would hide a too-small efSearch from the gate and the sweep.
+            params.efSearch = self.hnsw.ef_search
             if self._tombstones:
                 if self._selector is None:
                     batch = faiss.IDSelectorBatch(np.fromiter(self._tombstones, dtype=np.int64))
                     self._selector = (batch, faiss.IDSelectorNot(batch))
                 params.sel = self._selector[1]
             scores, labels = self._index.search(query, k, params=params)
+        return self._hits(scores, labels)
+
+    def _hits(self, scores: np.ndarray, labels: np.ndarray) -> list[ScoredId]:
         return [
             ScoredId(self._chunk[int(i)], float(s))
             for s, i in zip(scores[0], labels[0], strict=True)

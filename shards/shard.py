@@ -11,12 +11,15 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ragindex.config import HnswSpec
 from ragindex.errors import IdentityMismatch, InvalidInput
+from ragindex.protocols import Vectors
 from ragindex.shards.fsio import fsync_dir, write_durable
 from ragindex.shards.partition import TenantPartition
 from ragindex.shards.vectors import (
@@ -82,22 +85,37 @@ class DenseShard:
             return part.delete(ids) if part is not None else 0
 
     def search(
-        self, query_vector: object, top_k: int, tenant_id: str, identity: ModelIdentity
+        self,
+        query_vector: object,
+        top_k: int,
+        tenant_id: str,
+        identity: ModelIdentity,
+        allowed: Collection[str] | None = None,
     ) -> list[ScoredId]:
-        """The tenant's top-k chunks; only that tenant's partition is ever searched."""
+        """The tenant's top-k chunks (of `allowed` only, when given); only that tenant's
+        partition is ever searched."""
         tenant = validate_tenant(tenant_id)
         check_identity(self.identity, identity)
         k = validate_top_k(top_k)
         query = prepare_query(query_vector, self.dim)
         with self._lock:
             part = self._partitions.get(tenant)
-            return part.search(query, k) if part is not None else []
+            return part.search(query, k, allowed) if part is not None else []
 
     def count(self, tenant_id: str) -> int:
         tenant = validate_tenant(tenant_id)
         with self._lock:
             part = self._partitions.get(tenant)
             return len(part) if part is not None else 0
+
+    def live_vectors(self, tenant_id: str) -> tuple[list[str], Vectors]:
+        """The tenant's live chunk ids and vectors in this shard."""
+        tenant = validate_tenant(tenant_id)
+        with self._lock:
+            part = self._partitions.get(tenant)
+            if part is None:
+                return [], np.empty((0, self.dim), dtype=np.float32)
+            return part.live_vectors()
 
     def kind_of(self, tenant_id: str) -> str | None:
         """How this shard searches the tenant ("flat" or "hnsw"), None if it holds none."""

@@ -11,12 +11,15 @@ from __future__ import annotations
 import json
 import threading
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ragindex.config import HnswSpec
 from ragindex.errors import InvalidInput
+from ragindex.filters import TermExpr
 from ragindex.hashing import shard_for
 from ragindex.protocols import Vectors
 from ragindex.shards.fsio import fsync_dir, write_durable
@@ -55,6 +58,8 @@ class ShardedDenseIndex:
         self._wals = wals
         self._write_lock = threading.Lock()  # log order == apply order, for replicas to agree
         self._closed = False
+        self.resolve_access: Callable[[str, TermExpr], Collection[str]] | None = None
+        """Allowed chunk ids of an access expression: the shards hold vectors, not chunks."""
 
     @classmethod
     def open(
@@ -141,19 +146,43 @@ class ShardedDenseIndex:
             self._write(records)
 
     def search(
-        self, query_vector: Vectors, top_k: int, tenant_id: str, identity: ModelIdentity
+        self,
+        query_vector: Vectors,
+        top_k: int,
+        tenant_id: str,
+        identity: ModelIdentity,
+        access: TermExpr | None = None,
     ) -> list[ScoredId]:
-        """The tenant's top-k over all shards, merged by score (ties by chunk id)."""
+        """The tenant's top-k over all shards (of the chunks `access` allows, chosen inside
+        each partition), merged by score (ties by chunk id)."""
         tenant = validate_tenant(tenant_id)
         check_identity(self.identity, identity)
+        allowed = None
+        if access is not None:
+            if self.resolve_access is None:
+                raise InvalidInput("this dense index cannot filter: it has no chunk attributes")
+            allowed = self.resolve_access(tenant, access)
         k = validate_top_k(top_k)
         query = prepare_query(query_vector, self.identity.dimension)
-        hits = [h for shard in self._shards for h in shard.search(query, k, tenant, identity)]
+        hits = [
+            h for shard in self._shards for h in shard.search(query, k, tenant, identity, allowed)
+        ]
         return sorted(hits, key=lambda h: (-h.score, h.chunk_id))[:k]
 
     def count(self, tenant_id: str) -> int:
         tenant = validate_tenant(tenant_id)
         return sum(shard.count(tenant) for shard in self._shards)
+
+    def live_vectors(self, tenant_id: str) -> tuple[list[str], Vectors]:
+        """The tenant's live chunk ids and vectors over all shards (e.g. to build the same
+        data with another layout and compare searches)."""
+        ids: list[str] = []
+        parts: list[Vectors] = []
+        for shard in self._shards:
+            shard_ids, vectors = shard.live_vectors(tenant_id)
+            ids += shard_ids
+            parts.append(vectors)
+        return ids, np.concatenate(parts)
 
     def kinds(self, tenant_id: str) -> list[str]:
         """How each shard holding the tenant searches it ("flat" or "hnsw")."""

@@ -22,6 +22,7 @@ os.environ.setdefault("MKL_NUM_THREADS", "1")
 import torch
 
 from ragindex.app.engine import LocalEngine
+from ragindex.app.loading import cranfield_dir
 from ragindex.evals.answers import (
     calibrate_threshold,
     cranfield_cases,
@@ -58,13 +59,14 @@ def rates(values: list[float], threshold: float) -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--cranfield", type=Path, default=Path("/work/shared/data/cranfield"))
+    parser.add_argument("--cranfield", type=Path, default=None, help="default: ../shared")
     parser.add_argument("--json", type=Path)
     parser.add_argument(
         "--minilm", action="store_true", help="also run the MiniLM-scored extractive generator"
     )
     args = parser.parse_args()
     torch.set_num_threads(1)
+    args.cranfield = args.cranfield or cranfield_dir()
     engine = open_index(args.cranfield)
     try:
         answerable = cranfield_cases(load_cranfield(args.cranfield))

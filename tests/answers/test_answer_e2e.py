@@ -6,7 +6,6 @@ documents without it, so the injection's effect on citations is measured against
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -34,7 +33,6 @@ if TYPE_CHECKING:
 
 pytestmark = pytest.mark.slow
 
-CRANFIELD = Path(os.environ.get("RAGINDEX_CRANFIELD", "/work/shared/data/cranfield"))
 DOC_IDS = [str(i) for i in range(1, 16)]
 SLIPSTREAM_Q = "how does a propeller slipstream change the spanwise lift distribution of a wing"
 EVIL = Document(
@@ -50,12 +48,13 @@ EVIL = Document(
 
 
 @pytest.fixture(scope="module")
-def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalEngine]:
-    torch = pytest.importorskip("torch")
+def engine(tmp_path_factory: pytest.TempPathFactory, cranfield_dir: Path) -> Iterator[LocalEngine]:
+    import torch
+
     torch.set_num_threads(1)
     from ragindex.app.engine import LocalEngine
 
-    collection = load_cranfield(CRANFIELD)
+    collection = load_cranfield(cranfield_dir)
     docs = [collection.corpus[d].to_document("cranfield") for d in DOC_IDS]
     eng = LocalEngine.open(tmp_path_factory.mktemp("answers"))
     list(eng.ingest.upsert("clean", docs))

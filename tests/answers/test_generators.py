@@ -50,22 +50,30 @@ def test_chat_backend_sends_the_grounded_prompt(chat_stub, make_hit, count_words
     assert "<question>what does the slipstream do?</question>" in text
 
 
+UPSTREAM_SECRET = b'{"error": "quota of org-7 exhausted; prompt was: <other tenant text>"}'
+
+
 @pytest.mark.parametrize(
     ("status", "raw", "error"),
     [
-        (503, None, BackendUnavailable),
-        (401, None, RagIndexError),
-        (200, b'{"choices": []}', RagIndexError),
-        (200, b"not json", RagIndexError),
+        (503, UPSTREAM_SECRET, BackendUnavailable),
+        (401, UPSTREAM_SECRET, RagIndexError),
+        (200, b'{"choices": [], "leak": "org-7"}', RagIndexError),
+        (200, b"not json org-7", RagIndexError),
     ],
 )
-def test_chat_backend_errors_are_clear(chat_stub, make_hit, count_words, status, raw, error):
+def test_chat_backend_errors_are_logged_not_echoed(
+    chat_stub, make_hit, count_words, caplog, status, raw, error
+):
     chat_stub.status, chat_stub.raw_body = status, raw
     ctx = assemble_context([make_hit("a", 0, DOC_A)], count_words)
     gen = OpenAICompatibleGenerator(chat_stub.url, "m", timeout=5)
-    with pytest.raises(error, match=re.escape(gen.url)):
+    with caplog.at_level("WARNING"), pytest.raises(error) as raised:
         gen.generate("q", ctx)
     gen.close()
+    assert "answer generator" in str(raised.value)
+    assert "org-7" not in str(raised.value) and gen.url not in str(raised.value)
+    assert "org-7" in caplog.text and gen.url in caplog.text
 
 
 def test_chat_backend_down_is_backend_unavailable(make_hit, count_words):

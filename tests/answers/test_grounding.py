@@ -69,3 +69,11 @@ def test_unknown_ids_and_excluded_chunks_never_support(make_hit, count_words):
         "Panel flutter boundaries were lowered by heating [2].", c, excluded_chunks={"docs:b:0"}
     ).sentences
     assert s.status == "unsupported"
+
+
+def test_a_huge_citation_number_is_text_not_a_crash():
+    # int() refuses > 4300 digits: "[<5000 digits>]" in a model's output raised ValueError.
+    huge = "[" + "7" * 5000 + "]"
+    clean, ids = parse_citations(f"Lift rises {huge} [2].")
+    assert ids == [2] and huge in clean
+    assert split_sentences(f"Lift rises. {huge} Drag falls [1].")[1].startswith(huge)

@@ -19,7 +19,8 @@ def test_filtered_command_writes_shares_and_what_it_ran_on(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "out" / "filtered.json"
-    assert bench_filtered_command(argparse.Namespace(vectors=2000, json=out)) == 0
+    args = argparse.Namespace(vectors=2000, json=out, acl=False, metadata=False, queries=200)
+    assert bench_filtered_command(args) == 0
     data = json.loads(out.read_text())
     assert list(data) == ["0.001", "0.01", "0.1", "0.5", "run"]
     assert data["0.001"]["vectors"] == 2 and data["0.5"]["vectors"] == 1000
@@ -32,6 +33,20 @@ def test_filtered_command_writes_shares_and_what_it_ran_on(
     assert "recall@10" in printed and "0.001" in printed
 
 
+def test_filtered_acl_command_writes_every_share_beside_the_unfiltered_search(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "acl.json"
+    args = argparse.Namespace(vectors=3000, json=out, acl=True, metadata=False, queries=20)
+    assert bench_filtered_command(args) == 0
+    data = json.loads(out.read_text())
+    assert list(data) == ["unfiltered", "0.001", "0.01", "0.1", "0.5", "1.0", "run"]
+    assert [data[s]["allowed"] for s in ("0.001", "0.01", "0.5", "1.0")] == [3, 30, 1500, 3000]
+    for share in ("unfiltered", "0.001", "0.01", "0.1", "0.5", "1.0"):
+        assert data[share]["recall@10"] >= 0.98 and data[share]["p50_ms"] > 0
+    assert "unfiltered" in capsys.readouterr().out
+
+
 @pytest.mark.elasticsearch
 @pytest.mark.slow
 def test_bm25_bench_on_a_real_elasticsearch(
@@ -41,7 +56,7 @@ def test_bm25_bench_on_a_real_elasticsearch(
     assert result["chunks"] == 6 and result["queries"] == 3
     for leg in ("bm25", "hybrid"):
         for backend in ("tantivy", "elasticsearch"):
-            assert result[leg][backend]["searches"] == 3
+            assert result[leg][backend]["samples"] == 3
     assert result["bm25_ndcg@10_abs_diff"] < 0.01
     assert result["hybrid"]["elasticsearch"]["ndcg@10"] == pytest.approx(
         result["hybrid"]["tantivy"]["ndcg@10"], abs=0.01

@@ -32,6 +32,10 @@ def test_spec_accepts_camel_case_and_defaults():
         ({"dense": {"shards": "two"}}, "shards"),
         ({"unknownField": 1}, "unknownField"),
         ({"scaling": {"query": {"minReplicas": 5, "maxReplicas": 2}}}, "minReplicas"),
+        ({"fusion": {"denseWeight": 0, "lexicalWeight": 0}}, "cannot both be 0"),
+        ({"lexical": {"bodyBoost": 0}}, "bodyBoost"),
+        ({"feedback": {"rm3": {"originalWeight": 1.5}}}, "originalWeight"),
+        ({"feedback": {"rocchio": {"alpha": 0, "beta": 0}}}, "cannot both be 0"),
     ],
 )
 def test_invalid_specs_name_the_field(spec, message):
@@ -76,3 +80,13 @@ def test_local_layout_colocates_the_query_path_on_fractional_cpus():
     names = [d["name"] for d in app["deployments"]]
     assert names == [ROUTER, INGEST]
     assert sum(d["ray_actor_options"]["num_cpus"] for d in app["deployments"]) <= 2
+
+
+@pytest.mark.parametrize("name", ["ES_PASSWORD", "ELASTIC_PASSWORD", "RAGINDEX_GENERATOR_", "x"])
+def test_generator_keys_come_only_from_ragindex_generator_variables(name):
+    # apiKeyEnv could name any variable, e.g. the Elasticsearch password (issue #14).
+    spec = {"generator": {"backend": "openai-compatible", "baseUrl": "http://g", "model": "m"}}
+    with pytest.raises(ValidationError, match="apiKeyEnv"):
+        RagIndexSpec.model_validate({"generator": spec["generator"] | {"apiKeyEnv": name}})
+    good = spec["generator"] | {"apiKeyEnv": "RAGINDEX_GENERATOR_KEY"}
+    assert RagIndexSpec.model_validate({"generator": good}).generator.api_key_env

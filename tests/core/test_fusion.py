@@ -45,3 +45,23 @@ def test_rrf_output_is_sorted_and_covers_every_id(legs):
     assert {f.chunk_id for f in fused} == {cid for ids in legs.values() for cid in ids}
     scores = [f.score for f in fused]
     assert scores == sorted(scores, reverse=True)
+
+
+def test_weights_scale_a_legs_rank_contribution_only():
+    legs = {"dense": ["a", "b"], "lexical": ["b", "a"]}
+    fused = reciprocal_rank_fusion(legs, k=60, weights={"dense": 2.0, "lexical": 1.0})
+    by_id = {f.chunk_id: f for f in fused}
+    assert by_id["a"].score == pytest.approx(2 / 61 + 1 / 62)
+    assert [f.chunk_id for f in fused] == ["a", "b"]
+    plain = reciprocal_rank_fusion(legs, k=60)
+    assert reciprocal_rank_fusion(legs, k=60, weights={"dense": 1.0}) == plain
+    assert reciprocal_rank_fusion(legs, k=60, weights={"absent": 3.0}) == plain
+
+
+def test_a_leg_of_weight_zero_is_left_out():
+    fused = reciprocal_rank_fusion(
+        {"dense": ["a"], "lexical": ["b", "a"]}, weights={"lexical": 0.0}
+    )
+    assert [(f.chunk_id, f.ranks) for f in fused] == [("a", {"dense": 1})]
+    with pytest.raises(ValueError):
+        reciprocal_rank_fusion({"dense": ["a"]}, weights={"dense": -1.0})

@@ -2,7 +2,15 @@ import pytest
 
 from ragindex.errors import InvalidInput
 from ragindex.hashing import chunk_id, content_hash, shard_for
-from ragindex.types import Document, validate_tenant
+from ragindex.router.query import validate_search
+from ragindex.types import (
+    MAX_METADATA_KEYS,
+    MAX_METADATA_LIST_ITEMS,
+    MAX_METADATA_STRING_CHARS,
+    MAX_TITLE_CHARS,
+    Document,
+    validate_tenant,
+)
 
 
 def test_chunk_ids_and_hashes_are_stable():
@@ -48,3 +56,65 @@ def test_bad_documents_are_refused_with_a_clear_message(kwargs, message):
     fields = {"source": "wiki", "doc_id": "1", "title": "t", "text": "body"} | kwargs
     with pytest.raises(InvalidInput, match=message):
         Document(**fields)
+
+
+@pytest.mark.parametrize("bad", ["docs\n", "a\n", "acme\r\n"])
+def test_a_trailing_newline_does_not_slip_past_the_tenant_pattern(bad):
+    # `re.match` with `$` accepted "docs\n" (issue #14): the patterns are full matches now.
+    with pytest.raises(InvalidInput, match="tenant_id"):
+        validate_tenant(bad)
+
+
+@pytest.mark.parametrize("bad", ["d\n", "d\x85", "d\ufeff", "d\x7f", "\u2028"])
+def test_ids_refuse_trailing_newlines_and_every_whitespace_or_control(bad):
+    with pytest.raises(InvalidInput, match=r"doc_id .* is malformed"):
+        Document("wiki", bad, "t", "body")
+
+
+def _doc(**kwargs):
+    return Document(**({"source": "wiki", "doc_id": "1", "title": "t", "text": "body"} | kwargs))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"title": "x" * (MAX_TITLE_CHARS + 1)}, "title has 513 characters"),
+        ({"metadata": {f"k{n}": n for n in range(MAX_METADATA_KEYS + 1)}}, "33 keys"),
+        ({"metadata": {"k": "v" * (MAX_METADATA_STRING_CHARS + 1)}}, "more than the limit"),
+        ({"metadata": {"k": list(range(MAX_METADATA_LIST_ITEMS + 1))}}, "lists 17 items"),
+        ({"metadata": {"k": {"nested": 1}}}, "nested objects and lists are not allowed"),
+        ({"metadata": {"k": [[1]]}}, "nested objects and lists are not allowed"),
+        ({"metadata": {"k": 2**60}}, "within"),
+        ({"metadata": {"k": float("nan")}}, "finite"),
+        ({"metadata": {"": 1}}, "keys must be strings"),
+        ({"title": "bad \ud800 title"}, "title holds a lone surrogate"),
+        ({"text": "bad \udfff text"}, "text holds a lone surrogate"),
+        ({"metadata": {"k": "\ud800"}}, "lone surrogate"),
+        ({"metadata": {"\udc00": 1}}, "lone surrogate"),
+        ({"updated": "yesterday"}, "RFC 3339"),
+        ({"updated": "2024-02-30"}, "not a real date"),
+        ({"text": "\x1c\x85\ufeff"}, "text is empty"),
+    ],
+)
+def test_oversize_deep_or_non_unicode_fields_are_refused(kwargs, message):
+    with pytest.raises(InvalidInput, match=message):
+        _doc(**kwargs)
+
+
+def test_fields_at_their_limits_are_accepted():
+    doc = _doc(
+        title="x" * MAX_TITLE_CHARS,
+        updated="2024-05-01T12:00:00.5+02:00",
+        metadata={
+            **{f"k{n}": n for n in range(MAX_METADATA_KEYS - 2)},
+            "list": ["v" * MAX_METADATA_STRING_CHARS] * MAX_METADATA_LIST_ITEMS,
+            "null": None,
+        },
+    )
+    assert len(doc.title) == MAX_TITLE_CHARS
+    assert _doc(updated="2024-05-01").updated == "2024-05-01"
+
+
+def test_surrogates_are_refused_for_queries_too():
+    with pytest.raises(InvalidInput, match="query holds a lone surrogate"):
+        validate_search("lift \ud800", 5, "hybrid")

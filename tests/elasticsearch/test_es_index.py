@@ -58,7 +58,9 @@ def test_mapping_and_bm25_settings(es_index: ElasticsearchIndex) -> None:
     settings = es.indices.get_settings(index=name)[name]["settings"]["index"]
     assert settings["similarity"]["ragindex_bm25"] == {"type": "BM25", "k1": "1.2", "b": "0.75"}
     props = es.indices.get_mapping(index=name)[name]["mappings"]["properties"]
-    assert props["text"]["analyzer"] == "standard"
+    for field in ("title", "body"):
+        assert props[field]["analyzer"] == "standard"
+        assert props[field]["similarity"] == "ragindex_bm25"
     assert props["tenant_id"]["type"] == "keyword"
 
 

@@ -17,9 +17,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ragindex.app.engine import LocalEngine
+from ragindex.app.engine import LocalEngine, open_lexical
 from ragindex.config import RagIndexSpec
 from ragindex.fusion import reciprocal_rank_fusion
+from ragindex.router.query import QueryEngine
 from ragindex.types import Document
 
 TOPICS = [
@@ -84,3 +85,38 @@ def test_other_tenants_exact_text_finds_only_own_documents(engine: LocalEngine):
     other_text = f"{TOPICS[0]}. Measurements by team beta of the {TOPICS[0]}."
     hits = engine.query.search("alpha", other_text, k=10).hits
     assert hits and all(h.chunk.doc_id.startswith("a") for h in hits)
+
+
+def test_feedback_on_both_legs_stays_inside_the_tenant(engine: LocalEngine):
+    """RM3 and Rocchio read their feedback hits' text: only ever the asking tenant's."""
+    spec = RagIndexSpec.model_validate(
+        {
+            "fusion": {"denseWeight": 1.0, "lexicalWeight": 0.5},
+            "feedback": {
+                "rm3": {"enabled": True, "docs": 3, "terms": 10},
+                "rocchio": {"enabled": True, "docs": 2, "beta": 1.0},
+            },
+        }
+    )
+    lexical = open_lexical(spec, engine.data_dir, engine.embedder.identity, read_only=True)
+    query = QueryEngine(
+        engine.embedder,
+        engine.dense,
+        lexical,
+        engine.store,
+        fusion=spec.fusion,
+        lexical_spec=spec.lexical,
+        rocchio=spec.feedback.rocchio,
+    )
+    try:
+        for tenant in ("alpha", "beta"):
+            for mode in ("hybrid", "dense", "lexical"):
+                result = query.search(tenant, "flutter of panels", k=10, mode=mode)
+                assert result.hits
+                assert all(_own(tenant, h.chunk.chunk_id) for h in result.hits)
+            assert "rocchio" in query.search(tenant, "heat transfer", k=3).timings_ms
+        expanded = [h.chunk_id for h in lexical.search("flutter", 10, "alpha")]
+        plain = [h.chunk_id for h in engine.lexical.search("flutter", 10, "alpha")]
+        assert expanded[0] == plain[0] and len(expanded) > len(plain)
+    finally:
+        lexical.close()

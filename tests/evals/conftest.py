@@ -1,4 +1,4 @@
-"""Shared fixtures for the evals tests: the real Cranfield data and tiny BEIR folders."""
+"""Shared fixtures for the evals tests: tiny BEIR folders (Cranfield is tests/conftest.py's)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,6 @@ import pytest
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
-
-CRANFIELD_DIR = Path(os.environ.get("RAGINDEX_CRANFIELD", "/work/shared/data/cranfield"))
 
 TINY_CORPUS = [
     {"_id": "d1", "title": "Apples", "text": "apples are red fruit", "tenant": "acme"},
@@ -32,13 +30,6 @@ TINY_QRELS = ["q1\td1\t2", "q1\td2\t1", "q2\td3\t1", "q3\td4\t3"]
 def tiny_rows() -> tuple[list[dict[str, str]], list[dict[str, str]]]:
     """Fresh copies of the tiny corpus and query rows, to build malformed variants from."""
     return [dict(d) for d in TINY_CORPUS], [dict(q) for q in TINY_QUERIES]
-
-
-@pytest.fixture
-def cranfield_dir() -> Path:
-    if not (CRANFIELD_DIR / "cran.all.1400").is_file():
-        pytest.skip(f"Cranfield data not found in {CRANFIELD_DIR}")
-    return CRANFIELD_DIR
 
 
 WriteBeir = Callable[..., Path]

@@ -21,7 +21,6 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 SLICE_DOCS = 80
-ANN_VECTORS = 2_000
 
 
 def cranfield_slice(docs: int = SLICE_DOCS) -> Collection:
@@ -49,6 +48,4 @@ def slice_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def slice_baseline(slice_collection: Collection, slice_dir: Path) -> dict[str, Any]:
     """The default configuration measured on the slice: the baseline these tests gate on."""
-    return gate_measure(
-        slice_collection, RagIndexSpec(), slice_dir, ann_vectors=ANN_VECTORS, repeats=1
-    )
+    return gate_measure(slice_collection, RagIndexSpec(), slice_dir, repeats=1)

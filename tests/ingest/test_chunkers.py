@@ -116,7 +116,8 @@ def test_window_overlap_follows_the_spec() -> None:
 
 def test_parent_child_children_sit_inside_their_section() -> None:
     text = "# Doc\n\n" + section("A", 12) + section("B", 3, word="beta")
-    chunks = chunk_document(md_doc(text), "t", spec(strategy="parent-child", max_tokens=20), words)
+    doc = md_doc(text)
+    chunks = chunk_document(doc, "t", spec(strategy="parent-child", max_tokens=20), words)
     assert all(words(c.text) <= 20 for c in chunks)
     for c in chunks:
         assert c.context is not None
@@ -124,7 +125,7 @@ def test_parent_child_children_sit_inside_their_section() -> None:
         assert " ".join(c.text.split()) in " ".join(c.context.split())
     beta = [c for c in chunks if "beta" in c.text]
     assert beta and all(c.context and c.context.startswith("## B") for c in beta)
-    assert chunks[0].content_hash == chunk_hash("Title", chunks[0].text, chunks[0].context)
+    assert chunks[0].content_hash == chunk_hash("Title", chunks[0].text, chunks[0].context, doc)
 
 
 def test_an_edit_moves_boundaries_only_in_its_section() -> None:

@@ -16,6 +16,7 @@ from ragindex.ingest.parsers import (
     parse_markdown,
     parse_text,
 )
+from ragindex.types import MAX_DOCUMENT_CHARS
 
 MARKDOWN = """# Guide
 
@@ -176,3 +177,56 @@ def test_load_file_errors(tmp_path: Path) -> None:
     (tmp_path / "empty.md").write_text("\n\n", encoding="utf-8")
     with pytest.raises(InvalidInput, match=r"empty\.md: document docs:empty\.md: text is empty"):
         load_file(tmp_path / "empty.md", "docs")
+
+
+ADVERSARIAL_LINES = {
+    # One line of the document limit each: shapes that made backtracking regexes quadratic.
+    "heading of spaces": "# " + " " * (MAX_DOCUMENT_CHARS - 3) + "x",
+    "heading of hashes": "# " + "# " * (MAX_DOCUMENT_CHARS // 2 - 2) + "x",
+    "heading then tabs": "## x" + "\t" * (MAX_DOCUMENT_CHARS - 5) + "y",
+    "list item of spaces": "- " + " " * (MAX_DOCUMENT_CHARS - 2),
+    "numbered item of digits": "1" * (MAX_DOCUMENT_CHARS - 2) + ".",
+    "fence marker": "`" * (MAX_DOCUMENT_CHARS // 2) + "\n" + "`" * (MAX_DOCUMENT_CHARS // 2 - 1),
+    "table pipes": "|" * MAX_DOCUMENT_CHARS,
+    "blank lines": "\n \t" * (MAX_DOCUMENT_CHARS // 3) + "x",
+    "short headings": "# a\n" * (MAX_DOCUMENT_CHARS // 4),
+}
+
+
+@pytest.mark.timeout(120)  # the quadratic heading regex took hours on the first shape
+@pytest.mark.parametrize("shape", sorted(ADVERSARIAL_LINES))
+def test_markdown_parsing_is_linear_on_adversarial_lines(shape: str) -> None:
+    import gc
+    import time
+
+    def parse_time(text: str) -> float:
+        gc.collect()
+        gc.disable()  # the collector's pauses are not the parser's complexity
+        try:
+            start = time.perf_counter()
+            parse_blocks(text, "markdown")
+            parse_blocks(text, "text")
+            return time.perf_counter() - start
+        finally:
+            gc.enable()
+
+    text = ADVERSARIAL_LINES[shape]
+    assert len(text) <= MAX_DOCUMENT_CHARS
+    full = parse_time(text)
+    quarter = parse_time(text[: len(text) // 4])
+    print(f"parse {shape!r}: {len(text):,} characters in {full:.3f} s (a quarter: {quarter:.3f} s)")
+    # Linear: 4x the text, ~4x the time; quadratic would be 16x (and hours at this size).
+    # Ratios measured in one run hold on a busy box where absolute times do not.
+    assert full < 10 * quarter + 1.0, f"{shape}: {full:.2f} s vs {quarter:.2f} s for a quarter"
+
+
+def test_a_long_heading_keeps_its_title_and_drops_closing_hashes() -> None:
+    blocks = parse_markdown("#   Lift and drag  ##  \nbody\n###### " + "w " * 50_000 + "#")
+    assert blocks[0].heading_path == ("Lift and drag",)
+    assert blocks[2].heading_path[-1] == ("w " * 50_000).strip()
+
+
+def test_jsonl_refuses_lone_surrogates_naming_the_line() -> None:
+    data = b'{"doc_id": "1", "text": "ok"}\n{"doc_id": "2", "text": "bad \\ud800 text"}\n'
+    with pytest.raises(InvalidInput, match=r"x.jsonl line 2: .*lone surrogate"):
+        parse_jsonl(data, "x.jsonl", default_source="s")

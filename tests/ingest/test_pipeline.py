@@ -226,7 +226,11 @@ BAD_INPUTS: list[tuple[object, object, str]] = [
     ("acme", [{"source": "cran", "text": "no id"}], r"documents\[1\]: missing field\(s\) doc_id"),
     ("acme", [{"doc_id": "x", "text": "no source"}], r"missing field\(s\) source"),
     ("acme", [DOCS[0]], "appears twice"),
-    ("acme", [{"source": "cran", "doc_id": "m", "text": "x", "metadata": {"k": {1}}}], "not JSON"),
+    (
+        "acme",
+        [{"source": "cran", "doc_id": "m", "text": "x", "metadata": {"k": {1}}}],
+        "not allowed",
+    ),
     ("acme", [Document("cran", "f", "", "x", metadata={"format": "pdf"})], "unknown document"),
     ("acme", ["just a string"], r"documents\[1\]: expected a JSON object"),
 ]

@@ -19,7 +19,6 @@ import secrets
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import uuid
@@ -32,6 +31,8 @@ import pytest
 import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
+
+from ragindex.lexical.es_server import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO / "scripts" / "build_k8s.sh"
@@ -127,12 +128,6 @@ def ensure_binaries() -> Path:
             f"scripts/build_k8s.sh failed (rc {rc.returncode}, missing {missing}); see {log}"
         )
     return directory
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _write_service_account_keys(directory: Path) -> tuple[Path, Path]:

@@ -131,6 +131,8 @@ def test_every_model_validator_has_a_cel_rule() -> None:
         "autoscaling minReplicas must be <= maxReplicas",
         "reranker.topN must be >= fusion.topK",
         "generator.baseUrl and generator.model are required for openai-compatible",
+        "fusion.denseWeight and fusion.lexicalWeight cannot both be 0",
+        "feedback.rocchio alpha and beta cannot both be 0",
         "generator.apiKeySecret and generator.apiKeyEnv are exclusive",
         "log.minInsyncReplicas must be <= log.replicationFactor",
         "log.replicationFactor must be <= log.brokers for a managed log",

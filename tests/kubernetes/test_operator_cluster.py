@@ -26,6 +26,7 @@ from lightkube.resources.networking_v1 import NetworkPolicy
 from lightkube.types import PatchType
 
 from ragindex.config import RagIndexSpec
+from ragindex.generations import index_generation
 from ragindex.operator.apply import (
     Elasticsearch,
     Kafka,
@@ -40,7 +41,6 @@ from ragindex.operator.render import (
     LABEL_GENERATION,
     LABEL_INDEX,
     LABEL_MANAGED_BY,
-    index_generation,
     network_policy_name,
     ray_service_name,
 )
@@ -283,7 +283,7 @@ def test_embedder_change_rolls_out_a_new_generation(
     create_index(
         client, ns, "roll", {**CLUSTER, "authSecret": "roll-tokens", "dense": {"shards": 1}}
     )
-    old = index_generation(RagIndexSpec.model_validate({}))
+    old = index_generation(RagIndexSpec.model_validate({"dense": {"shards": 1}}))
     old_rs = ray_service_name("roll", old)
     wait_for("first RayService", lambda: get_or_none(client, RayService, old_rs, ns))
     mark_ready(client, ns, old_rs)
@@ -295,7 +295,9 @@ def test_embedder_change_rolls_out_a_new_generation(
 
     patch_spec(client, ns, "roll", {"embedder": {"model": "all-mpnet-base-v2"}})
     new = index_generation(
-        RagIndexSpec.model_validate({"embedder": {"model": "all-mpnet-base-v2"}})
+        RagIndexSpec.model_validate(
+            {"embedder": {"model": "all-mpnet-base-v2"}, "dense": {"shards": 1}}
+        )
     )
     new_rs = ray_service_name("roll", new)
     assert new != old

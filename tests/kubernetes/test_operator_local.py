@@ -9,7 +9,6 @@ what this test started.
 from __future__ import annotations
 
 import os
-import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,10 +21,11 @@ from lightkube import Client, codecs
 from lightkube.core.exceptions import ApiError
 
 from ragindex.config import RagIndexSpec
+from ragindex.generations import index_generation
+from ragindex.lexical.es_server import free_port
 from ragindex.operator.apply import RagIndex
 from ragindex.operator.handlers import OperatorOptions, register
 from ragindex.operator.local_runtime import app_name
-from ragindex.operator.render import index_generation
 
 pytestmark = [pytest.mark.kubernetes, pytest.mark.serve, pytest.mark.slow]
 
@@ -39,20 +39,12 @@ os.environ["RAY_AUTH_MODE"] = "disabled"
 READY_S = 240.0
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def ray_dashboard() -> Iterator[str]:
     """Local Ray with its dashboard (the Serve REST API lives there), on loopback."""
-    try:
-        import ragindex.app.serve_app  # noqa: F401  (Serve imports it by path in the replicas)
-    except ImportError as e:
-        pytest.skip(f"the Serve app ragindex.app.serve_app cannot be imported yet: {e}")
     import ray
+
+    import ragindex.app.serve  # noqa: F401  (Serve imports it by path in the replicas)
 
     port = free_port()
     ray.init(

@@ -12,13 +12,13 @@ from ray.serve.schema import ServeDeploySchema
 
 from ragindex.config import RagIndexSpec
 from ragindex.errors import InvalidInput
+from ragindex.generations import index_generation
 from ragindex.operator.ownership import SECRET_LABEL, foreign_object, secret_refusal
 from ragindex.operator.render import (
     LABEL_GENERATION,
     LABEL_INDEX,
     ObjectRef,
     RenderOptions,
-    index_generation,
     named_secrets,
     objects_to_prune,
     ray_service_name,
@@ -147,12 +147,12 @@ def test_elasticsearch_only_when_managed() -> None:
     assert by_kind(render("idx", "ns", spec_of()), "Elasticsearch") == []
 
 
-def test_embedder_change_is_a_new_generation_and_serve_changes_are_not() -> None:
+def test_embedder_or_layout_change_is_a_new_generation_and_serve_changes_are_not() -> None:
     base = spec_of()
     gen = index_generation(base)
     assert len(gen) == 8
     for same in (
-        spec_of(dense={"shards": 3}),
+        spec_of(dense={"replicas": 3}),
         spec_of(dense={"hnsw": {"efSearch": 64}}),
         spec_of(embedder={"batchSize": 64, "replicas": 3}),
     ):
@@ -162,6 +162,8 @@ def test_embedder_change_is_a_new_generation_and_serve_changes_are_not() -> None
         spec_of(embedder={"backend": "flagembedding"}),
         spec_of(embedder={"queryPrefix": "query: "}),
         spec_of(embedder={"passagePrefix": "passage: "}),
+        spec_of(dense={"shards": 3}),
+        spec_of(dense={"hnsw": {"m": 16}}),
     ):
         assert index_generation(other) != gen
     old = one(render("idx", "ns", base), "RayService")["metadata"]["name"]

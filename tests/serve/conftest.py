@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-import socket
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -12,21 +12,20 @@ from pathlib import Path
 import httpx
 import pytest
 
+from ragindex.app.serve_cli import ray_environment
 from ragindex.config import RagIndexSpec
+from ragindex.lexical.es_server import free_port
 from ragindex.serve_config import render_serve_config
 
 for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-os.environ["RAY_AUTH_MODE"] = "disabled"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+# Ray in these tests runs as `ragindex serve` runs it: token authentication on, the token in
+# a data directory (here one for the session, made before Ray is imported).
+os.environ.setdefault("RAY_raylet_start_wait_time_s", "180")  # 2 shared cores start Ray slowly
+os.environ.pop("RAY_AUTH_TOKEN", None)
+os.environ.update(ray_environment(Path(tempfile.mkdtemp(prefix="ragindex-ray-auth-"))))
 
 
 @dataclass
@@ -44,13 +43,13 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedApp]:
     import ray
     from ray import serve
 
-    from ragindex.app.serve_app import build_app
+    from ragindex.app.serve import build_app
     from ragindex.app.serve_cli import app_args
     from ragindex.config import RagIndexSpec
 
     data_dir = tmp_path_factory.mktemp("serve-data")
     port = free_port()
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
         spec = RagIndexSpec.model_validate({"dense": {"shards": 2}})
@@ -103,7 +102,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedApp]:
         host="127.0.0.1",
         port=port,
     )
-    ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=8, include_dashboard=False, log_to_driver=False)
     try:
         serve.start(http_options=config["http_options"])
         client = _get_global_client()

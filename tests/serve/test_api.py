@@ -56,13 +56,16 @@ def tokens(served: ServedApp) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def loaded(served: ServedApp, tokens: dict[str, str]) -> ServedApp:
     with served.client(tokens["alpha"]) as client:
-        r = client.post("/v1/documents", json={"documents": DOCS})
-        assert r.status_code == 200, r.text
+        r = client.post("/v1/documents", json={"documents": DOCS}, params=WAIT)
+        assert r.status_code == 202 and r.json()["applied"] is True, r.text
     with served.client(tokens["beta"]) as client:
         secret = {"source": "vault", "doc_id": "nightjar", "title": "Vault", "text": SECRET}
-        r = client.post("/v1/documents", json={"documents": [secret]})
-        assert r.status_code == 200, r.text
+        r = client.post("/v1/documents", json={"documents": [secret]}, params=WAIT)
+        assert r.status_code == 202 and r.json()["applied"] is True, r.text
     return served
+
+
+WAIT = {"wait": "true", "wait_timeout_s": "30"}
 
 
 def search(client: Any, query: str, **kw: Any) -> dict[str, Any]:
@@ -71,25 +74,25 @@ def search(client: Any, query: str, **kw: Any) -> dict[str, Any]:
     return r.json()
 
 
-def test_upsert_reports_per_document_counts(served: ServedApp, tokens: dict[str, str]) -> None:
+def test_upsert_is_acknowledged_by_the_log_and_applied_with_wait(
+    served: ServedApp, tokens: dict[str, str]
+) -> None:
     doc = {"source": "notes", "doc_id": "counts", "title": "t", "text": "Counting chunks."}
     with served.client(tokens["alpha"]) as client:
-        first = client.post("/v1/documents", json={"documents": [doc]}).json()
-        again = client.post("/v1/documents", json={"documents": [doc]}).json()
-        edited = {**doc, "text": "Counting chunks again, differently this time."}
-        third = client.post("/v1/documents", json={"documents": [edited]}).json()
-    assert first["results"] == [
-        {"source": "notes", "doc_id": "counts", "added": 1, "unchanged": 0, "removed": 0}
-    ]
-    assert again["results"][0] == {
-        "source": "notes",
-        "doc_id": "counts",
-        "added": 0,
-        "unchanged": 1,
-        "removed": 0,
-    }
-    assert third["results"][0]["added"] == 1
-    assert third["results"][0]["unchanged"] == 0
+        first = client.post("/v1/documents", json={"documents": [doc]}, params=WAIT)
+        assert first.status_code == 202, first.text
+        (accepted,) = first.json()["accepted"]
+        assert (accepted["source"], accepted["doc_id"]) == ("notes", "counts")
+        assert accepted["partition"] >= 0 and accepted["offset"] >= 0
+        assert first.json()["applied"] is True
+        hits = search(client, "counting chunks", k=100, mode="lexical")["hits"]
+        assert [h["chunk_id"] for h in hits].count("notes:counts:0") == 1
+        chunks = client.get("/v1/stats").json()["chunks"]
+        again = client.post("/v1/documents", json={"documents": [doc]}, params=WAIT)
+        assert again.json()["accepted"][0]["offset"] > accepted["offset"]
+        assert client.get("/v1/stats").json()["chunks"] == chunks  # unchanged: no new chunk
+        no_wait = client.post("/v1/documents", json={"documents": [doc]})
+        assert no_wait.status_code == 202 and no_wait.json()["applied"] is None
 
 
 def test_search_returns_cited_hits_with_ranks_and_timings(
@@ -119,15 +122,17 @@ def test_deleted_document_never_returns(served: ServedApp, tokens: dict[str, str
         "text": "Quokkas are small marsupials that live on Rottnest island near Perth.",
     }
     with served.client(tokens["alpha"]) as client:
-        assert client.post("/v1/documents", json={"documents": [doc]}).status_code == 200
+        r = client.post("/v1/documents", json={"documents": [doc]}, params=WAIT)
+        assert r.status_code == 202
         assert search(client, "quokka marsupial Rottnest")["hits"][0]["doc_id"] == "ephemeral"
-        r = client.delete("/v1/documents/tmp/ephemeral")
-        assert r.status_code == 200, r.text
-        assert r.json() == {"source": "tmp", "doc_id": "ephemeral", "removed": 1}
+        r = client.delete("/v1/documents/tmp/ephemeral", params=WAIT)
+        assert r.status_code == 202, r.text
+        assert r.json()["applied"] is True
+        assert r.json()["accepted"][0]["doc_id"] == "ephemeral"
         for mode in ("hybrid", "dense", "lexical"):
             hits = search(client, "quokka marsupial Rottnest", k=100, mode=mode)["hits"]
             assert all(h["doc_id"] != "ephemeral" for h in hits), mode
-        assert client.delete("/v1/documents/tmp/ephemeral").json()["removed"] == 0
+        assert client.delete("/v1/documents/tmp/ephemeral", params=WAIT).status_code == 202
 
 
 def test_no_cross_tenant_hit_even_for_exact_text(loaded: ServedApp, tokens: dict[str, str]) -> None:
@@ -170,6 +175,7 @@ def test_token_minted_while_serving_works_at_once(loaded: ServedApp) -> None:
         assert client.get("/v1/stats").json()["chunks"] == 0
 
 
+DOC = {"source": "s", "doc_id": "d", "text": "x"}
 BAD_REQUESTS: list[tuple[str, str, Any, int, str]] = [
     ("POST", "/v1/search", b'{"query": "x", ', 400, "not valid JSON"),
     ("POST", "/v1/documents", b"\xff\xfe garbage", 400, "not valid JSON"),
@@ -198,22 +204,22 @@ BAD_REQUESTS: list[tuple[str, str, Any, int, str]] = [
         "POST",
         "/v1/documents",
         {"documents": [{"source": "a/b", "doc_id": "d", "title": "t", "text": "x"}]},
-        400,
+        422,
         "source",
     ),
     (
         "POST",
         "/v1/documents",
         {"documents": [{"source": "s", "doc_id": "d", "title": "t", "text": "   "}]},
-        400,
-        "empty",
+        422,
+        "text",
     ),
     (
         "POST",
         "/v1/documents",
         {"documents": [{"source": "s", "doc_id": "d", "text": "x", "updated": "yesterday"}]},
         422,
-        "ISO-8601",
+        "RFC 3339",
     ),
     (
         "POST",
@@ -229,6 +235,21 @@ BAD_REQUESTS: list[tuple[str, str, Any, int, str]] = [
         422,
         "text",
     ),
+    # Issue #14: oversize fields, nested metadata, trailing newlines and lone surrogates.
+    ("POST", "/v1/documents", {"documents": [DOC | {"title": "t" * 513}]}, 422, "title"),
+    ("POST", "/v1/documents", {"documents": [DOC | {"metadata": {"a": {"b": 1}}}]}, 422, "meta"),
+    ("POST", "/v1/documents", {"documents": [DOC | {"metadata": {"a": "m" * 300}}]}, 422, "meta"),
+    ("POST", "/v1/documents", {"documents": [DOC | {"doc_id": "d\n"}]}, 422, "doc_id"),
+    (
+        "POST",
+        "/v1/documents",
+        b'{"documents": [{"source": "s", "doc_id": "d", "text": "a\\ud800"}]}',
+        422,
+        "unicode",
+    ),
+    ("POST", "/v1/search", b'{"query": "lift \\udc00"}', 422, "unicode"),
+    ("POST", "/v1/answer", {"question": " \t "}, 422, "question"),
+    ("POST", "/v1/answer", {"question": "lift", "k": "5"}, 422, "k"),
 ]
 
 
@@ -291,6 +312,9 @@ def test_ops_endpoints(loaded: ServedApp, tokens: dict[str, str]) -> None:
         assert stats["chunks"] >= len(DOCS)
         assert stats["dense_vectors"] == stats["chunks"] == stats["lexical_docs"]
         assert stats["shards"] == 2
+        # Tenant-scoped (issue #14): no log offsets, which count every tenant's writes.
+        assert "wal_offsets" not in stats
+        assert set(stats) <= set(openapi["components"]["schemas"]["StatsResponse"]["properties"])
         search(client, "bread")
     with loaded.client() as client:
         metrics = client.get("/metrics")
@@ -305,7 +329,7 @@ def test_writes_are_visible_within_the_freshness_bound(
     doc = {"source": "fresh", "doc_id": "d1", "title": "", "text": "Axolotls regrow limbs."}
     with served.client(tokens["alpha"]) as client:
         start = time.monotonic()
-        assert client.post("/v1/documents", json={"documents": [doc]}).status_code == 200
+        assert client.post("/v1/documents", json={"documents": [doc]}).status_code == 202
         while not search(client, "axolotl regrow", mode="lexical")["hits"]:
             assert time.monotonic() - start < 2.0
             time.sleep(0.05)
@@ -334,3 +358,106 @@ def test_answer_cites_the_tenants_sources_or_refuses(
         other = client.post("/v1/answer", json={"question": "What guides ships along coasts?"})
         assert other.status_code == 200
         assert not any(c.startswith("wiki:lighthouse:") for c in other.json()["citations"])
+
+
+SALARY_DOCS = [
+    {
+        "source": "hr",
+        "doc_id": "bands",
+        "title": "Salary bands",
+        "text": "Quarterly salary bands of every engineer, with the exact salary of each.",
+        "metadata": {"year": 2023},
+        "acl": ["group:ops"],
+    },
+    {
+        "source": "hr",
+        "doc_id": "review",
+        "title": "Salary review",
+        "text": "How the yearly salary review works and who takes part in it.",
+        "updated": "2024-03-01",
+        "metadata": {"year": 2024, "lang": "en"},
+        "acl": ["group:eng", "group:ops"],
+    },
+    {
+        "source": "wiki",
+        "doc_id": "salary-faq",
+        "title": "Salary FAQ",
+        "text": "Frequently asked questions about salary payment dates.",
+        "updated": "2023-01-01",
+        "metadata": {"year": 2022},
+    },
+]
+SALARY_IDS = {f"{d['source']}:{d['doc_id']}" for d in SALARY_DOCS}
+
+
+def salary_hits(client: Any, **kw: Any) -> dict[str, set[str]]:
+    """The salary documents each mode returns (all of them fit in k=100)."""
+    out = {}
+    for mode in ("hybrid", "dense", "lexical"):
+        r = client.post("/v1/search", json={"query": "salary", "k": 100, "mode": mode, **kw})
+        assert r.status_code == 200, r.text
+        found = {f"{h['source']}:{h['doc_id']}" for h in r.json()["hits"]}
+        out[mode] = found & SALARY_IDS
+    return out
+
+
+def test_acls_and_filters_inside_every_leg_over_http(
+    loaded: ServedApp, tokens: dict[str, str]
+) -> None:
+    eng = create_token(loaded.data_dir, "alpha", ["user:ann", "group:eng"])
+    ops = create_token(loaded.data_dir, "alpha", ["group:ops"])
+    with loaded.client(eng) as client:
+        r = client.post("/v1/documents", json={"documents": SALARY_DOCS}, params=WAIT)
+        assert r.status_code == 202 and r.json()["applied"] is True, r.text
+
+    def each_mode(found: dict[str, set[str]], expected: set[str]) -> None:
+        assert found == dict.fromkeys(("hybrid", "dense", "lexical"), expected)
+
+    with loaded.client(ops) as client:
+        each_mode(salary_hits(client), SALARY_IDS)
+        each_mode(
+            salary_hits(client, filter={"field": "metadata.year", "gte": 2023}),
+            {"hr:bands", "hr:review"},
+        )
+        either = {
+            "or": [{"field": "source", "eq": "wiki"}, {"field": "updated", "gte": "2024-01-01"}]
+        }
+        each_mode(salary_hits(client, filter=either), {"wiki:salary-faq", "hr:review"})
+        english = {"field": "metadata.lang", "eq": "en"}
+        both = {"and": [{"field": "source", "in": ["hr"]}, english]}
+        each_mode(salary_hits(client, filter=both), {"hr:review"})
+    with loaded.client(eng) as client:
+        each_mode(salary_hits(client), {"hr:review", "wiki:salary-faq"})
+        each_mode(salary_hits(client, principals=["user:ann"]), {"wiki:salary-faq"})  # narrowed
+        widen = client.post("/v1/search", json={"query": "salary", "principals": ["group:ops"]})
+        assert widen.status_code == 403 and "group:ops" in widen.json()["detail"]
+        asked = client.post(
+            "/v1/answer", json={"question": "What are the salary bands?", "principals": ["x"]}
+        )
+        assert asked.status_code == 422  # not a principal at all
+        answer = client.post(
+            "/v1/answer", json={"question": "What are the quarterly salary bands?"}
+        )
+        assert answer.status_code == 200, answer.text
+        shown = {c for s in answer.json()["sources"] for c in s["chunk_ids"]}
+        assert not any(c.startswith("hr:bands:") for c in shown | set(answer.json()["citations"]))
+        bad = client.post(
+            "/v1/search", json={"query": "salary", "filter": {"field": "colour", "eq": 1}}
+        )
+        assert bad.status_code == 422 and "field" in bad.json()["detail"]
+        empty = {"field": "metadata.year", "gte": 5, "lt": 1}
+        bad = client.post("/v1/search", json={"query": "salary", "filter": empty})
+        assert bad.status_code == 400 and "lower bound" in bad.json()["detail"]
+    with loaded.client(tokens["alpha"]) as client:  # no principals: documents without an ACL
+        each_mode(salary_hits(client), {"wiki:salary-faq"})
+    with loaded.client() as client:
+        spec = client.get("/openapi.json").json()
+    search_op = spec["paths"]["/v1/search"]["post"]
+    assert (
+        "403" in search_op["responses"]
+        and "403" in spec["paths"]["/v1/answer"]["post"]["responses"]
+    )
+    schemas = spec["components"]["schemas"]
+    assert {"filter", "principals"} <= set(schemas["SearchRequest"]["properties"])
+    assert "acl" in schemas["DocumentIn"]["properties"]
+    assert schemas["ConditionIn"]["properties"]["field"]["pattern"]

@@ -11,6 +11,7 @@ import pytest
 
 from ragindex.errors import InvalidInput
 from ragindex.router.auth import (
+    Grant,
     TokenVerifier,
     bearer_token,
     create_token,
@@ -92,3 +93,15 @@ def test_concurrent_creates_lose_no_token(tmp_path: Path) -> None:
     assert len(tokens) == 60
     verifier = TokenVerifier(tmp_path)
     assert all(verifier.tenant_for(t) == "t" for t in tokens)
+
+
+def test_tokens_carry_principals(tmp_path: Path) -> None:
+    eng = create_token(tmp_path, "acme", ["group:eng", "user:ann", "group:eng"])
+    plain = create_token(tmp_path, "acme")
+    verifier = TokenVerifier(tmp_path)
+    assert verifier.grant_for(eng) == Grant("acme", frozenset({"group:eng", "user:ann"}))
+    assert verifier.grant_for(plain) == Grant("acme", frozenset())  # documents without an ACL
+    assert verifier.grant_for("unknown") is None
+    for bad in ["eng", "user:", "user:a b", "team:x"]:
+        with pytest.raises(InvalidInput, match="principal"):
+            create_token(tmp_path, "acme", [bad])

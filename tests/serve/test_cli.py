@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ragindex.app.serve_app import parse_args
+from ragindex.app.serve import parse_args
 from ragindex.app.serve_cli import DASHBOARD_PORT, app_args, dashboard_port
 from ragindex.config import RagIndexSpec
 from ragindex.errors import InvalidInput

@@ -35,39 +35,3 @@ def test_read_only_tantivy_follows_the_writer(tmp_path: Path) -> None:
         writer.close()
     with pytest.raises(BackendUnavailable, match="closed"):
         reader.search("lighthouse", 5, "t")
-
-
-def test_lexical_reader_opens_after_the_stamp_and_follows_the_writer(tmp_path: Path) -> None:
-    """The cluster Lexical deployment's path: identity from the stamp, backend from the spec."""
-    from ragindex.app.engine import check_stamp, open_lexical
-    from ragindex.app.serve_app import reload_lexical, stamped_identity
-    from ragindex.config import RagIndexSpec
-    from ragindex.types import ModelIdentity
-
-    spec = RagIndexSpec()
-    identity = ModelIdentity("m", "abc123", 4, True)
-    assert stamped_identity(tmp_path) is None  # the writer has not started: readers wait
-    check_stamp(tmp_path, spec, identity)
-    assert stamped_identity(tmp_path) == identity
-    writer = open_lexical(spec, tmp_path, identity)
-    reader = open_lexical(spec, tmp_path, identity, read_only=True)
-    try:
-        writer.upsert([chunk(0, "a volcano erupts")])
-        assert reader.search("volcano", 5, "t") == []
-        reload_lexical(reader)
-        assert [h.chunk_id for h in reader.search("volcano", 5, "t")] == ["s:d:0"]
-    finally:
-        reader.close()
-        writer.close()
-
-
-def test_elasticsearch_backend_without_url_is_refused(tmp_path: Path) -> None:
-    from ragindex.app.engine import open_lexical
-    from ragindex.config import RagIndexSpec
-    from ragindex.errors import InvalidInput
-    from ragindex.types import ModelIdentity
-
-    spec = RagIndexSpec.model_validate({"lexical": {"backend": "elasticsearch"}})
-    with pytest.raises(InvalidInput, match="elasticsearchUrl"):
-        open_lexical(spec, tmp_path, ModelIdentity("m", "abc", 4, True), read_only=True)
-    assert not (tmp_path / "lexical").exists()

@@ -6,7 +6,7 @@ import pytest
 
 from ragindex.config import DenseSpec, HnswSpec
 from ragindex.errors import InvalidInput
-from ragindex.shards.bench import recall_at_k, run_filtered_bench, tenant_sizes
+from ragindex.shards.bench import recall_at_k, run_access_bench, run_filtered_bench, tenant_sizes
 
 
 def test_small_run_has_the_documented_shape_and_high_recall():
@@ -33,3 +33,20 @@ def test_inputs_are_checked():
     with pytest.raises(InvalidInput, match="queries"):
         run_filtered_bench(vectors=100, queries=0)
     assert recall_at_k(["a", "b", "x"], ["a", "b", "c"]) == pytest.approx(2 / 3)
+
+
+@pytest.mark.parametrize("kind", ["acl", "metadata"])
+def test_access_filters_keep_recall_at_every_selectivity(kind: str) -> None:
+    """One tenant above the exact threshold: selective filters go exact, broad ones HNSW with
+    a selector and a raised efSearch; recall holds at every share."""
+    dense = DenseSpec(shards=2, hnsw=HnswSpec(m=16, ef_construction=80, ef_search=32),
+                      exact_threshold=300)  # fmt: skip
+    result = run_access_bench(
+        vectors=6000, dim=32, shares=(0.001, 0.01, 0.1, 0.5, 1.0), queries=40, dense=dense,
+        kind=kind,
+    )  # fmt: skip
+    assert list(result) == ["unfiltered", "0.001", "0.01", "0.1", "0.5", "1.0"]
+    assert result["0.001"]["plan"] == "exact" and result["0.5"]["plan"] == "hnsw ef=64"
+    assert result["unfiltered"]["plan"] == "hnsw"
+    for row in result.values():
+        assert row["recall@10"] >= 0.98, result

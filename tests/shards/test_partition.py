@@ -132,3 +132,28 @@ def test_snapshot_bytes_round_trip(hnsw, vecs):
         assert copy.search(q, 10) == part.search(q, 10)
     copy.upsert(["new"], x[1:2])  # internal ids continue after the saved ones
     assert copy.search(x[1], 1)[0].chunk_id == "new"
+
+
+@pytest.mark.parametrize("share", [0.005, 0.05, 0.3, 0.7, 1.0])
+def test_allowed_ids_are_searched_inside_the_index_at_any_selectivity(hnsw, vecs, share):
+    """Exact over few allowed ids, HNSW with a selector over many: only allowed, live chunks
+    come back, and the top-k of the allowed ones is found (deleted ones never are)."""
+    part = TenantPartition(DIM, hnsw, exact_threshold=100)
+    x = vecs(2000)
+    ids = [f"c{i}" for i in range(2000)]
+    part.upsert(ids, x)
+    assert part.kind == "hnsw"
+    deleted = set(ids[::7])
+    part.delete(sorted(deleted))
+    rng = np.random.default_rng(1)
+    allowed = {c for c in ids if rng.random() < share}
+    live = [i for i, c in enumerate(ids) if c in allowed and c not in deleted]
+    recalls = []
+    for seed in range(20):
+        q = vecs(1, seed=100 + seed)[0]
+        found = [h.chunk_id for h in part.search(q, 10, allowed)]
+        assert set(found) <= allowed - deleted
+        truth = exact_top(x[live], [ids[i] for i in live], q, 10)
+        recalls.append(len(set(found) & set(truth)) / len(truth))
+    assert np.mean(recalls) >= 0.98
+    assert part.search(vecs(1, seed=9)[0], 10, set()) == []

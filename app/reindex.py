@@ -1,0 +1,262 @@
+"""`ragindex reindex`: build a new index generation from the log, promote it when complete.
+
+On one machine (the file log in the data directory):
+1. The record (`generations.json`) marks the new generation as building beside the serving one.
+2. Backfill: an ingest worker of the new generation (its own consumer group, so it starts at
+   offset 0) replays the compacted `docs` log through the new embedder into `chunks.<new>`.
+   The serving generation's worker runs alongside in the same loop, so documents appended to
+   the log while the backfill runs (`Reindex.log`, in this process: the file log has one
+   writer) reach both generations; the serving generation answers queries throughout.
+3. Verification (`ragindex.generations.promotion_failures`): the backfill reached the end of
+   `docs`, each tenant's live documents all have chunks in the new generation's views, and the
+   self-check: each sampled document's title retrieves it in the top 10 of the new dense leg.
+4. Promotion: one atomic write of the record; the old generation is retained for
+   `spec.generations.rollbackWindowHours` (`ragindex reindex --rollback`); generations past
+   that window lose their `chunks` topic and replica directories at the next promotion. A
+   failed check leaves the old generation serving, marks the new one failed with the reason,
+   and raises PromotionRefused naming the failed checks.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ragindex.app.generations import read_record, write_record
+from ragindex.app.serve.data_plane import (
+    DEFAULT_NAMESPACE,
+    ensure_topics,
+    open_log,
+    plane_topics,
+    replica_dir,
+)
+from ragindex.app.serve.query_side import LocalQuerySide, SerializedEmbedder
+from ragindex.app.serve_cli import APP_NAME
+from ragindex.config import RagIndexSpec
+from ragindex.errors import InvalidInput
+from ragindex.generations import (
+    SELF_CHECK_TOP_K,
+    GenerationRecord,
+    PromotionEvidence,
+    PromotionRefused,
+    expired,
+    fail,
+    forget,
+    index_generation,
+    promote,
+    promotion_failures,
+    rollback_target,
+    self_check_sample,
+    start_building,
+)
+from ragindex.ingest.worker import DataPlaneTopics, IngestWorker
+from ragindex.models.embedder import load_embedder
+from ragindex.protocols import Embedder, Log
+from ragindex.records import DocKey, decode_document
+from ragindex.types import Document
+
+REINDEX_REPLICA = "reindex"
+BATCH = 64
+CATCH_UP_ROUNDS = 20  # verifications that may find new writes to consume before giving up
+
+Progress = Callable[[int, int], None]  # (docs records consumed, docs records to consume)
+
+
+@dataclass
+class ReindexReport:
+    generation: str
+    previous: str | None
+    documents: dict[str, int]  # tenant -> documents in the promoted generation
+    self_check_sampled: int
+    seconds: float
+    failures: list[str] = field(default_factory=list)
+
+
+def live_documents(
+    log_: Log, topics: DataPlaneTopics, upto: dict[int, int]
+) -> dict[DocKey, Document]:
+    """The corpus as of `upto` (partition -> offset): each key's newest value, minus deletes."""
+    docs: dict[DocKey, Document | None] = {}
+    for partition, end in upto.items():
+        offset = log_.begin_offset(topics.docs, partition)
+        while offset < end:
+            records = log_.read(topics.docs, partition, offset, max_records=5000)
+            if not records:
+                break
+            for r in records:
+                if r.offset >= end:
+                    break
+                docs[DocKey.decode(r.key)] = None if r.value is None else decode_document(r.value)
+            offset = records[-1].offset + 1
+    return {k: d for k, d in docs.items() if d is not None}
+
+
+class Reindex:
+    """Builds `spec`'s generation in `data_dir` beside the serving one and promotes it."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        spec: RagIndexSpec,
+        *,
+        embedder: Embedder | None = None,
+        serving_embedder: Embedder | None = None,
+        rollback: bool = False,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        record = read_record(data_dir)
+        if record is None or record.active is None:
+            raise InvalidInput(f"nothing was ingested into {data_dir} yet: there is no index")
+        self.data_dir = data_dir
+        self.clock = clock
+        self.previous = record.active
+        self.serving_spec = record.spec_of(record.active)
+        self.spec = spec
+        self.generation = index_generation(spec)
+        self.record: GenerationRecord = (
+            record if rollback else start_building(record, spec, clock())
+        )
+        self.embedder = embedder or load_embedder(spec.embedder)
+        self.serving_embedder = serving_embedder or load_embedder(self.serving_spec.embedder)
+        self.log = open_log(data_dir)
+        self.topics = plane_topics(spec, APP_NAME, DEFAULT_NAMESPACE)
+        self.serving_topics = plane_topics(self.serving_spec, APP_NAME, DEFAULT_NAMESPACE)
+        ensure_topics(self.log, self.topics)
+        write_record(data_dir, self.record)
+        every = range(self.topics.docs_partitions)
+        self.backfill = IngestWorker(self.log, self.topics, self.embedder, spec.chunking, every)
+        self.live = IngestWorker(
+            self.log, self.serving_topics, self.serving_embedder, self.serving_spec.chunking, every
+        )
+
+    def _ends(self) -> dict[int, int]:
+        return {
+            p: self.log.end_offset(self.topics.docs, p) for p in range(self.topics.docs_partitions)
+        }
+
+    def _consumed(self) -> dict[int, int]:
+        return {
+            p: self.log.committed(self.topics.group, self.topics.docs, p)
+            for p in range(self.topics.docs_partitions)
+        }
+
+    def catch_up(self, progress: Progress | None = None) -> None:
+        """Run both generations' workers until the new one has consumed the end of `docs`."""
+        while True:
+            done = self.backfill.poll(BATCH)
+            self.live.poll(BATCH)
+            if progress is not None:
+                progress(sum(self._consumed().values()), sum(self._ends().values()))
+            if not done and self.backfill.lag() == 0:
+                return
+
+    def run(self, progress: Progress | None = None) -> ReindexReport:
+        """Backfill, verify, and promote; PromotionRefused (old generation serving) if a check
+        fails."""
+        started = self.clock()
+        side = LocalQuerySide(
+            self.spec,
+            self.data_dir,
+            APP_NAME,
+            DEFAULT_NAMESPACE,
+            replica_dir(self.data_dir, self.spec, REINDEX_REPLICA, 0),
+        )
+        side.embedder = SerializedEmbedder(self.embedder)
+        try:
+            for _ in range(CATCH_UP_ROUNDS):
+                self.catch_up(progress)
+                evidence, indexed = self._evidence(side)
+                failures = promotion_failures(evidence)
+                if not (len(failures) == 1 and failures[0].startswith("caught-up")):
+                    break  # new writes arrived during verification: consume them and retry
+        finally:
+            side.close()
+        if failures:
+            self.record = fail(self.record, self.generation, "; ".join(failures), self.clock())
+            write_record(self.data_dir, self.record)
+            raise PromotionRefused(self.generation, failures)
+        self.record = promote(self.record, self.generation, self.clock())
+        write_record(self.data_dir, self.record)  # the switch: one atomic rename
+        self.record = retire_expired(self.data_dir, self.log, self.clock())
+        return ReindexReport(
+            generation=self.generation,
+            previous=self.previous,
+            documents=indexed,
+            self_check_sampled=evidence.self_check_sampled,
+            seconds=self.clock() - started,
+        )
+
+    def _evidence(self, side: LocalQuerySide) -> tuple[PromotionEvidence, dict[str, int]]:
+        consumed = self._consumed()  # the backfill is paused: its views cover exactly this
+        ends = self._ends()
+        corpus = live_documents(self.log, self.topics, consumed)
+        documents = Counter(k.tenant_id for k in corpus)
+        side.refresh()
+        if not side.try_open():
+            raise InvalidInput(f"generation {self.generation} has no chunks topic")
+        assert side.dense is not None
+        indexed = {t: side.dense.documents(t) for t in documents}
+        sample = self_check_sample(
+            [k.encode() for k, d in corpus.items() if d.title.strip()],
+            self.spec.generations.self_check_sample,
+        )
+        missed = []
+        for key_bytes in sample:
+            key = DocKey.decode(key_bytes)
+            result = side.search(key.tenant_id, corpus[key].title, SELF_CHECK_TOP_K, "dense", False)
+            found = {(h.chunk.source, h.chunk.doc_id) for h in result.hits}
+            if (key.source, key.doc_id) not in found:
+                missed.append(key_bytes.decode())
+        evidence = PromotionEvidence(
+            docs_end=ends,
+            consumed=consumed,
+            documents=dict(documents),
+            indexed=indexed,
+            self_check_missed=missed,
+            self_check_sampled=len(sample),
+        )
+        return evidence, indexed
+
+    def close(self) -> None:
+        self.log.close()
+
+
+def retire_expired(data_dir: Path, log_: Log, now: float) -> GenerationRecord:
+    """Delete the topics and replica directories of generations retained or failed longer
+    than the serving spec's rollback window, then drop them from the record."""
+    record = read_record(data_dir)
+    if record is None or record.active is None:
+        raise InvalidInput(f"nothing was ingested into {data_dir} yet: there is no index")
+    window_s = record.spec_of(record.active).generations.rollback_window_hours * 3600
+    doomed = expired(record, now, window_s)
+    for generation in doomed:
+        spec = record.spec_of(generation)
+        log_.delete_topic(plane_topics(spec, APP_NAME, DEFAULT_NAMESPACE).chunks)
+        shutil.rmtree(replica_dir(data_dir, spec, REINDEX_REPLICA, 0).parent, ignore_errors=True)
+    if doomed:
+        record = forget(record, doomed)
+        write_record(data_dir, record)
+    return record
+
+
+def rollback(
+    data_dir: Path, *, embedder: Embedder | None = None, clock: Callable[[], float] = time.time
+) -> ReindexReport:
+    """Switch back to the retained generation (within its window), after it caught up on the
+    writes made since it was retired and passed the same checks as a promotion."""
+    record = read_record(data_dir)
+    if record is None or record.active is None:
+        raise InvalidInput(f"nothing was ingested into {data_dir} yet: there is no index")
+    window_s = record.spec_of(record.active).generations.rollback_window_hours * 3600
+    target = rollback_target(record, clock(), window_s)
+    reindex = Reindex(
+        data_dir, record.spec_of(target), embedder=embedder, rollback=True, clock=clock
+    )
+    try:
+        return reindex.run()
+    finally:
+        reindex.close()

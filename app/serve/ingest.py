@@ -1,0 +1,161 @@
+"""The Ingest deployment: accepts documents into `docs`, and runs the ingest worker.
+
+`append` validates a batch and appends it to `docs` (the file log has one writer process, so
+every runtime appends here); it returns once the log acknowledged, on its own thread so that
+accepting never waits behind embedding. The worker loop consumes the `docs` partitions this
+replica owns (`owned_partitions` by Serve replica rank) into `chunks.<generation>`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from pathlib import Path
+from typing import Any
+
+from ray.serve.handle import DeploymentHandle
+
+from ragindex.app.serve.data_plane import ensure_topics, open_log, plane_topics, replica_rank
+from ragindex.app.serve.pools import RemoteEmbedder
+from ragindex.app.serve.threads import ReplicaThread, limit_threads
+from ragindex.config import RagIndexSpec
+from ragindex.errors import BackendUnavailable, InvalidInput
+from ragindex.ingest.pipeline import as_documents
+from ragindex.ingest.worker import IngestWorker, owned_partitions
+from ragindex.models.embedder import load_embedder
+from ragindex.protocols import Embedder, Log
+from ragindex.records import doc_key, encode_document
+from ragindex.topics import partition_for_key
+from ragindex.types import ID_PART_RE, Document, validate_tenant
+
+log = logging.getLogger("ragindex.serve")
+
+POLL_TIMEOUT_S = 0.1
+RETRY_S = 1.0
+WRITABLE_TIMEOUT_S = 1.5
+TAIL_WINDOW = 8  # offsets before the end that hold the last record (and a commit marker)
+
+
+def applied_target(log_: Log, topic: str, partition: int) -> int:
+    """The offset after the last data record of a partition (0 if it has none)."""
+    end = log_.end_offset(topic, partition)
+    start = max(log_.begin_offset(topic, partition), end - TAIL_WINDOW)
+    tail = log_.read(topic, partition, start, max_records=TAIL_WINDOW) if end > start else []
+    return tail[-1].offset + 1 if tail else start
+
+
+class Ingest:
+    """Appends documents to `docs`; consumes its partitions into `chunks.<generation>`."""
+
+    async def __init__(  # type: ignore[misc]  # Serve awaits async constructors
+        self,
+        spec: dict[str, Any],
+        data_dir: str,
+        name: str,
+        namespace: str,
+        workers: int,
+        embedder: DeploymentHandle | None = None,
+    ) -> None:
+        self.spec = RagIndexSpec.model_validate(spec)
+        self.topics = plane_topics(self.spec, name, namespace)
+        self.log = open_log(Path(data_dir))
+        self.accepting = ReplicaThread("ingest-append")
+        self.worker_thread = ReplicaThread("ingest-worker")
+        await self.accepting.run(ensure_topics, self.log, self.topics)
+        remote: Embedder | None = None
+        if embedder is not None:
+            identity, max_seq = await embedder.describe.remote()
+            remote = RemoteEmbedder(embedder, identity, max_seq)
+        partitions = owned_partitions(replica_rank(), workers, self.topics.docs_partitions)
+        self.worker: IngestWorker = await self.worker_thread.run(self._open, remote, partitions)
+        self._loop = asyncio.get_running_loop().create_task(self._consume_forever())
+
+    def _open(self, embedder: Embedder | None, partitions: list[int]) -> IngestWorker:
+        limit_threads()
+        return IngestWorker(
+            self.log,
+            self.topics,
+            embedder or load_embedder(self.spec.embedder),
+            self.spec.chunking,
+            partitions,
+        )
+
+    async def _consume_forever(self) -> None:
+        """Poll and process; a failed batch (log down) is retried from its committed offset."""
+        while True:
+            try:
+                done = await self.worker_thread.run(self.worker.poll, 64, 0.0)
+                if not done:
+                    await asyncio.sleep(POLL_TIMEOUT_S)
+            except Exception:
+                log.exception("ingest batch failed; retrying from the committed offset")
+                await asyncio.sleep(RETRY_S)
+
+    def _append(self, records: list[tuple[int, bytes, bytes | None]]) -> list[int]:
+        try:
+            return self.log.append(self.topics.docs, records)
+        except InvalidInput:
+            raise
+        except Exception as err:  # the log failed: nothing was acknowledged or stored
+            raise BackendUnavailable(
+                f"the log did not take the write (nothing was stored; retry later): {err}"
+            ) from err
+
+    async def append(self, tenant_id: str, documents: list[Document]) -> list[dict[str, Any]]:
+        """Validate, append to `docs`, return where each document landed once durable."""
+        tenant = validate_tenant(tenant_id)
+        docs = as_documents(documents)
+        keys = [doc_key(tenant, d.source, d.doc_id) for d in docs]
+        records = [
+            (partition_for_key(k, self.topics.docs_partitions), k, encode_document(d))
+            for k, d in zip(keys, docs, strict=True)
+        ]
+        offsets = await self.accepting.run(self._append, records)
+        return [
+            {"source": d.source, "doc_id": d.doc_id, "partition": r[0], "offset": o}
+            for d, r, o in zip(docs, records, offsets, strict=True)
+        ]
+
+    async def delete(self, tenant_id: str, source: str, doc_id: str) -> dict[str, Any]:
+        """Append a tombstone for the document (its chunks are removed downstream)."""
+        tenant = validate_tenant(tenant_id)
+        for what, value in (("source", source), ("doc_id", doc_id)):
+            if not isinstance(value, str) or not ID_PART_RE.match(value):
+                raise InvalidInput(f"{what} {value!r} is malformed")
+        key = doc_key(tenant, source, doc_id)
+        partition = partition_for_key(key, self.topics.docs_partitions)
+        (offset,) = await self.accepting.run(self._append, [(partition, key, None)])
+        return {"source": source, "doc_id": doc_id, "partition": partition, "offset": offset}
+
+    async def processed(self, partition: int) -> int:
+        """The next `docs` offset of `partition` the workers have not yet committed."""
+        return await self.accepting.run(
+            self.log.committed, self.topics.group, self.topics.docs, partition
+        )
+
+    async def chunk_ends(self) -> list[int]:
+        """Per `chunks` partition, the offset after its last record: what a view must have
+        applied to be current (Kafka's end offset may sit past a transaction marker)."""
+        return await self.accepting.run(
+            lambda: [
+                applied_target(self.log, self.topics.chunks, s) for s in range(self.topics.shards)
+            ]
+        )
+
+    async def writable(self) -> str:
+        """ "ok" when the log answers, else why writes would fail now (for /readyz)."""
+        try:
+            await asyncio.wait_for(
+                self.accepting.run(self.log.end_offset, self.topics.docs, 0), WRITABLE_TIMEOUT_S
+            )
+        except Exception as err:
+            return f"the log does not answer, writes are refused: {type(err).__name__}: {err}"
+        return "ok"
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self._loop.cancel()
+            self.worker_thread.close()
+            self.accepting.close()
+            self.log.close()

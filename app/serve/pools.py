@@ -1,0 +1,76 @@
+"""Model pools (embedder, reranker deployments) and the protocol clients that call them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from ray import serve
+from ray.serve.handle import DeploymentHandle
+
+from ragindex.app.serve.threads import limit_threads
+from ragindex.config import RagIndexSpec
+from ragindex.models.embedder import load_embedder
+from ragindex.models.reranker import load_reranker
+from ragindex.protocols import Vectors
+from ragindex.types import ModelIdentity
+
+EMBED_BATCH_WAIT_S = 0.005
+
+
+class EmbedderPool:
+    """A model pool; queries are batched across requests with @serve.batch."""
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        limit_threads()
+        self.embedder = load_embedder(RagIndexSpec.model_validate(spec).embedder)
+
+    def describe(self) -> tuple[ModelIdentity, int]:
+        return self.embedder.identity, self.embedder.max_seq_length
+
+    @serve.batch(max_batch_size=16, batch_wait_timeout_s=EMBED_BATCH_WAIT_S)
+    async def embed_query(self, texts: list[str]) -> list[Vectors]:
+        return list(self.embedder.embed_queries(texts))
+
+    def embed_passages(self, texts: list[str]) -> Vectors:
+        return self.embedder.embed_passages(texts)
+
+    def count_tokens(self, text: str) -> int:
+        return self.embedder.count_tokens(text)
+
+
+class RerankerPool:
+    def __init__(self, spec: dict[str, Any]) -> None:
+        limit_threads()
+        self.reranker = load_reranker(RagIndexSpec.model_validate(spec).reranker)
+
+    def score(self, query: str, passages: list[str]) -> list[float]:
+        return self.reranker.score(query, passages)
+
+
+class RemoteEmbedder:
+    """Embedder protocol over a QueryEmbedder/IngestEmbedder deployment (blocking calls)."""
+
+    def __init__(self, handle: DeploymentHandle, identity: ModelIdentity, max_seq: int) -> None:
+        self.handle = handle
+        self.identity = identity
+        self.max_seq_length = max_seq
+
+    def embed_queries(self, texts: Sequence[str]) -> Vectors:
+        rows = [self.handle.embed_query.remote(t) for t in texts]
+        return np.stack([r.result() for r in rows]).astype(np.float32)
+
+    def embed_passages(self, texts: Sequence[str]) -> Vectors:
+        return self.handle.embed_passages.remote(list(texts)).result()
+
+    def count_tokens(self, text: str) -> int:
+        return int(self.handle.count_tokens.remote(text).result())
+
+
+class RemoteReranker:
+    def __init__(self, handle: DeploymentHandle) -> None:
+        self.handle = handle
+
+    def score(self, query: str, passages: Sequence[str]) -> list[float]:
+        return self.handle.score.remote(query, list(passages)).result()

@@ -1,0 +1,396 @@
+"""The Router's query path: in-process over co-located views (local), or over handles (cluster).
+
+- local: the Router replica holds the whole query path in-process: the query embedder, one
+  LogShardReplica per dense shard and its own BM25 view (tantivy), all materialized from
+  `chunks.<generation>` into this replica's node-local directory and caught up every
+  REFRESH_S, far inside the freshness bound. Hits get their text from the shard replicas.
+- cluster: the Router fans out through handles to Shard<i> (vectors and their chunks' text),
+  Lexical (the BM25 view), QueryEmbedder (batched) and Reranker deployments.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ray.serve.handle import DeploymentHandle
+
+from ragindex.app.answers import answer_service
+from ragindex.app.engine import open_lexical
+from ragindex.app.serve.data_plane import open_log, plane_topics
+from ragindex.app.serve.pools import RemoteEmbedder, RemoteReranker
+from ragindex.app.serve.threads import limit_threads
+from ragindex.config import RagIndexSpec
+from ragindex.errors import BackendUnavailable, InvalidInput
+from ragindex.filters import TermExpr
+from ragindex.hashing import shard_for
+from ragindex.lexical.view import LexicalView
+from ragindex.models.embedder import load_embedder
+from ragindex.models.reranker import load_reranker
+from ragindex.protocols import Embedder, Log, Vectors
+from ragindex.router.answer import Answer, AnswerService
+from ragindex.router.query import Access, QueryEngine, SearchResult
+from ragindex.shards.log_replica import LogShardReplica
+from ragindex.types import Chunk, ModelIdentity, ScoredId
+
+
+def merge_by_score(results: Sequence[Sequence[ScoredId]], k: int) -> list[ScoredId]:
+    """Top-k of several shards' hits by score (ties by chunk id), as ShardedDenseIndex does."""
+    hits = [h for shard_hits in results for h in shard_hits]
+    return sorted(hits, key=lambda h: (-h.score, h.chunk_id))[:k]
+
+
+def by_shard(tenant_id: str, chunk_ids: Sequence[str], shards: int) -> dict[int, list[str]]:
+    """Chunk ids grouped by the shard that holds them (and their text)."""
+    groups: dict[int, list[str]] = {}
+    for cid in chunk_ids:
+        groups.setdefault(shard_for(tenant_id, cid, shards), []).append(cid)
+    return groups
+
+
+class _ReadOnlyDense:
+    """The write half of the DenseIndex protocol for the query side, which never writes."""
+
+    def upsert(self, tenant_id: str, chunk_ids: Sequence[str], vectors: Vectors) -> None:
+        raise InvalidInput("the query side's dense index is read-only; send writes to Ingest")
+
+    def delete(self, tenant_id: str, chunk_ids: Sequence[str]) -> None:
+        raise InvalidInput("the query side's dense index is read-only; send writes to Ingest")
+
+
+class ReplicaDenseIndex(_ReadOnlyDense):
+    """The dense leg and chunk lookup over this process's replicas of every shard."""
+
+    def __init__(self, replicas: list[LogShardReplica], identity: ModelIdentity) -> None:
+        self.replicas = replicas
+        self.identity = identity
+
+    def search(
+        self,
+        query_vector: Vectors,
+        top_k: int,
+        tenant_id: str,
+        identity: ModelIdentity,
+        access: TermExpr | None = None,
+    ) -> list[ScoredId]:
+        return merge_by_score(
+            [r.search(query_vector, top_k, tenant_id, identity, access) for r in self.replicas],
+            top_k,
+        )
+
+    def get_chunks(self, tenant_id: str, chunk_ids: Sequence[str]) -> dict[str, Chunk]:
+        found: dict[str, Chunk] = {}
+        for shard, ids in by_shard(tenant_id, chunk_ids, len(self.replicas)).items():
+            found.update(self.replicas[shard].get_chunks(tenant_id, ids))
+        return found
+
+    def catch_up(self) -> int:
+        return sum(r.catch_up() for r in self.replicas)
+
+    def count(self, tenant_id: str) -> int:
+        return sum(r.count(tenant_id) for r in self.replicas)
+
+    def documents(self, tenant_id: str) -> int:
+        return len(set().union(*(r.documents(tenant_id) for r in self.replicas)))
+
+    def offsets(self) -> list[int]:
+        return [r.offset for r in self.replicas]
+
+
+class SerializedEmbedder:
+    """One model call at a time: searches and answers run on several threads, and a fast
+    tokenizer refuses concurrent use ("Already borrowed")."""
+
+    def __init__(self, embedder: Embedder) -> None:
+        self._embedder = embedder
+        self._lock = threading.Lock()
+        self.identity = embedder.identity
+        self.max_seq_length = embedder.max_seq_length
+
+    def embed_passages(self, texts: Sequence[str]) -> Vectors:
+        with self._lock:
+            return self._embedder.embed_passages(texts)
+
+    def embed_queries(self, texts: Sequence[str]) -> Vectors:
+        with self._lock:
+            return self._embedder.embed_queries(texts)
+
+    def count_tokens(self, text: str) -> int:
+        with self._lock:
+            return self._embedder.count_tokens(text)
+
+
+def open_bm25_view(
+    spec: RagIndexSpec, log_: Log, topic: str, directory: Path, identity: ModelIdentity
+) -> LexicalView:
+    """This replica's BM25 view: its own tantivy index, or the shared Elasticsearch alias."""
+    index = open_lexical(spec, directory, identity)
+    return LexicalView(log_, topic, spec.dense.shards, index, directory / "bm25-offsets.json")
+
+
+class LocalQuerySide:
+    """Everything a local Router replica reads, owned by its worker thread."""
+
+    def __init__(
+        self, spec: RagIndexSpec, data_dir: Path, name: str, namespace: str, directory: Path
+    ) -> None:
+        self.spec = spec
+        self.data_dir = data_dir
+        self.directory = directory
+        self.topics = plane_topics(spec, name, namespace)
+        self.engine: QueryEngine | None = None
+        self.dense: ReplicaDenseIndex | None = None
+        self.view: LexicalView | None = None
+        self.embedder: Embedder | None = None
+        self.answers: AnswerService | None = None
+        self.log: Log | None = None
+        self.refreshed_at = 0.0
+
+    def load_models(self) -> None:
+        limit_threads()
+        self.embedder = SerializedEmbedder(load_embedder(self.spec.embedder))
+
+    def try_open(self) -> bool:
+        """Open the views once Ingest has created the topics; False until then."""
+        if self.engine is not None:
+            return True
+        if self.embedder is None:
+            return False
+        log_ = self.log or open_log(self.data_dir)
+        self.log = log_
+        try:
+            log_.partitions(self.topics.chunks)
+        except InvalidInput:
+            return False
+        identity = self.embedder.identity
+        replicas = [
+            LogShardReplica(
+                log_,
+                self.topics.chunks,
+                i,
+                self.directory / f"shard-{i:03d}",
+                identity,
+                self.spec.dense.hnsw,
+                self.spec.dense.exact_threshold,
+            )
+            for i in range(self.spec.dense.shards)
+        ]
+        self.dense = ReplicaDenseIndex(replicas, identity)
+        self.view = open_bm25_view(self.spec, log_, self.topics.chunks, self.directory, identity)
+        reranker = load_reranker(self.spec.reranker) if self.spec.reranker.enabled else None
+        self.engine = QueryEngine(
+            self.embedder,
+            self.dense,
+            self.view.index,
+            self.dense,
+            fusion=self.spec.fusion,
+            lexical_spec=self.spec.lexical,
+            reranker=reranker,
+            reranker_spec=self.spec.reranker,
+            rocchio=self.spec.feedback.rocchio,
+        )
+        self.refresh()
+        return True
+
+    def refresh(self) -> None:
+        """Apply what `chunks.<generation>` has beyond each view's offset."""
+        if not self.try_open():
+            return
+        assert self.dense is not None and self.view is not None
+        self.dense.catch_up()
+        self.view.catch_up()
+        self.refreshed_at = time.monotonic()
+
+    def progress(self) -> dict[str, list[int]]:
+        """Chunk offsets every view of this replica has applied (for read-your-writes)."""
+        if self.dense is None or self.view is None:
+            return {"dense": [0] * self.spec.dense.shards, "lexical": [0] * self.spec.dense.shards}
+        return {"dense": self.dense.offsets(), "lexical": list(self.view.offsets)}
+
+    def search(
+        self,
+        tenant_id: str,
+        query: str,
+        k: int | None,
+        mode: str,
+        rerank: bool | None,
+        access: Access | None = None,
+    ) -> SearchResult:
+        if self.engine is None:
+            raise BackendUnavailable("the index is still opening; retry shortly")
+        return self.engine.search(tenant_id, query, k, mode, rerank, access)
+
+    def answer(self, tenant_id: str, question: str, k: int, access: Access | None = None) -> Answer:
+        if self.engine is None or self.embedder is None:
+            raise BackendUnavailable("the index is still opening; retry shortly")
+        if self.answers is None:
+            self.answers = answer_service(self.spec, self.engine, self.embedder)
+        return self.answers.answer(tenant_id, question, k, access)
+
+    def stats(self, tenant_id: str) -> dict[str, Any]:
+        if self.dense is None or self.view is None:
+            raise BackendUnavailable("the index is still opening; retry shortly")
+        vectors = self.dense.count(tenant_id)
+        return {
+            "tenant": tenant_id,
+            "chunks": vectors,
+            "documents": self.dense.documents(tenant_id),
+            "dense_vectors": vectors,
+            "lexical_docs": self.view.index.count(tenant_id),
+            "shards": self.spec.dense.shards,
+            "staleness_s": round(time.monotonic() - self.refreshed_at, 3),
+            "freshness_bound_s": self.spec.freshness_s,
+        }
+
+    def close(self) -> None:
+        if self.dense is not None:
+            for replica in self.dense.replicas:
+                replica.snapshot()  # a restart replays only what came after
+        if self.view is not None:
+            self.view.index.close()
+        if self.log is not None:
+            self.log.close()
+
+
+class RemoteDenseIndex(_ReadOnlyDense):
+    """Fan out to every Shard<i> deployment at once, then merge by score."""
+
+    def __init__(self, shards: list[DeploymentHandle], identity: ModelIdentity) -> None:
+        self.shards = shards
+        self.identity = identity
+
+    def search(
+        self,
+        query_vector: Vectors,
+        top_k: int,
+        tenant_id: str,
+        identity: ModelIdentity,
+        access: TermExpr | None = None,
+    ) -> list[ScoredId]:
+        pending = [
+            s.search.remote(query_vector, top_k, tenant_id, identity, access) for s in self.shards
+        ]
+        return merge_by_score([p.result() for p in pending], top_k)
+
+    def get_chunks(self, tenant_id: str, chunk_ids: Sequence[str]) -> dict[str, Chunk]:
+        pending = [
+            self.shards[shard].get_chunks.remote(tenant_id, ids)
+            for shard, ids in by_shard(tenant_id, chunk_ids, len(self.shards)).items()
+        ]
+        found: dict[str, Chunk] = {}
+        for p in pending:
+            found.update(p.result())
+        return found
+
+    def count(self, tenant_id: str) -> int:
+        pending = [s.count.remote(tenant_id) for s in self.shards]
+        return sum(int(p.result()) for p in pending)
+
+    def documents(self, tenant_id: str) -> int:
+        pending = [s.documents.remote(tenant_id) for s in self.shards]
+        return len(set().union(*(p.result() for p in pending)))
+
+
+class RemoteLexical:
+    def __init__(self, handle: DeploymentHandle) -> None:
+        self.handle = handle
+
+    def upsert(self, chunks: Sequence[Any]) -> None:
+        raise InvalidInput("the Lexical deployment is a view of the log; send writes to Ingest")
+
+    def delete(self, tenant_id: str, chunk_ids: Sequence[str]) -> None:
+        raise InvalidInput("the Lexical deployment is a view of the log; send writes to Ingest")
+
+    def search(
+        self, query: str, top_k: int, tenant_id: str, access: TermExpr | None = None
+    ) -> list[ScoredId]:
+        return self.handle.search.remote(query, top_k, tenant_id, access).result()
+
+    def count(self, tenant_id: str) -> int:
+        return int(self.handle.count.remote(tenant_id).result())
+
+    def close(self) -> None:
+        return None
+
+
+class ClusterQuerySide:
+    """A cluster Router's query path: the same QueryEngine over remote legs."""
+
+    def __init__(
+        self,
+        spec: RagIndexSpec,
+        embedder: RemoteEmbedder,
+        shards: list[DeploymentHandle],
+        lexical: DeploymentHandle,
+        reranker: DeploymentHandle | None,
+    ) -> None:
+        self.spec = spec
+        self.shards = shards
+        self.lexical_handle = lexical
+        self.dense = RemoteDenseIndex(shards, embedder.identity)
+        self.lexical = RemoteLexical(lexical)
+        self.answers: AnswerService | None = None
+        self.embedder = embedder
+        self.engine = QueryEngine(
+            embedder,
+            self.dense,
+            self.lexical,
+            self.dense,
+            fusion=spec.fusion,
+            lexical_spec=spec.lexical,
+            reranker=RemoteReranker(reranker) if reranker is not None else None,
+            reranker_spec=spec.reranker,
+            rocchio=spec.feedback.rocchio,
+        )
+
+    def load_models(self) -> None:
+        limit_threads()
+
+    def try_open(self) -> bool:
+        return True
+
+    def refresh(self) -> None:
+        return None  # shard and lexical deployments catch up on their own
+
+    def progress(self) -> dict[str, list[int]]:
+        """Chunk offsets the Shard<i> replicas and the BM25 view have applied."""
+        pending = [s.offset.remote() for s in self.shards]
+        lexical = self.lexical_handle.offsets.remote()
+        return {"dense": [int(p.result()) for p in pending], "lexical": list(lexical.result())}
+
+    def search(
+        self,
+        tenant_id: str,
+        query: str,
+        k: int | None,
+        mode: str,
+        rerank: bool | None,
+        access: Access | None = None,
+    ) -> SearchResult:
+        return self.engine.search(tenant_id, query, k, mode, rerank, access)
+
+    def answer(self, tenant_id: str, question: str, k: int, access: Access | None = None) -> Answer:
+        if self.answers is None:
+            self.answers = answer_service(self.spec, self.engine, self.embedder)
+        return self.answers.answer(tenant_id, question, k, access)
+
+    def stats(self, tenant_id: str) -> dict[str, Any]:
+        vectors = self.dense.count(tenant_id)
+        return {
+            "tenant": tenant_id,
+            "chunks": vectors,
+            "documents": self.dense.documents(tenant_id),
+            "dense_vectors": vectors,
+            "lexical_docs": self.lexical.count(tenant_id),
+            "shards": self.spec.dense.shards,
+            "freshness_bound_s": self.spec.freshness_s,
+        }
+
+    def close(self) -> None:
+        return None
+
+
+QuerySide = LocalQuerySide | ClusterQuerySide

@@ -1,0 +1,157 @@
+"""The Router deployment: FastAPI ingress, auth, the query path, writes appended through Ingest.
+
+Three executors, so that no kind of request waits behind another (#14): searches on a small
+pool, answers (which may call a slow generator) on their own bounded pool, and the views'
+catch-up (the only writer of this replica's local views) on one thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from pathlib import Path
+from typing import Any
+
+from ray.serve.handle import DeploymentHandle
+
+from ragindex.app.engine import auth_dir
+from ragindex.app.serve.data_plane import replica_dir, replica_rank
+from ragindex.app.serve.pools import RemoteEmbedder
+from ragindex.app.serve.query_side import ClusterQuerySide, LocalQuerySide, QuerySide
+from ragindex.app.serve.threads import ReplicaThread, refresh_forever
+from ragindex.config import RagIndexSpec
+from ragindex.router.answer import Answer
+from ragindex.router.auth import TokenVerifier
+from ragindex.router.http import create_app
+from ragindex.router.query import Access, SearchResult
+from ragindex.serve_config import ROUTER, Runtime
+from ragindex.types import Document
+
+SEARCH_THREADS = 4
+ANSWER_THREADS = 2
+WAIT_POLL_S = 0.02
+
+
+def views_caught_up(progress: dict[str, list[int]], ends: list[int]) -> bool:
+    """Whether every dense replica and the BM25 view reached the chunk offsets `ends`."""
+    return all(
+        applied >= end
+        for offsets in progress.values()
+        for applied, end in zip(offsets, ends, strict=True)
+    )
+
+
+class Router:
+    """FastAPI ingress: auth, limits, the query path, and writes forwarded to Ingest."""
+
+    async def __init__(  # type: ignore[misc]  # Serve awaits async constructors
+        self,
+        spec: dict[str, Any],
+        data_dir: str,
+        name: str,
+        namespace: str,
+        runtime: Runtime,
+        ingest: DeploymentHandle,
+        embedder: DeploymentHandle | None = None,
+        shards: list[DeploymentHandle] | None = None,
+        lexical: DeploymentHandle | None = None,
+        reranker: DeploymentHandle | None = None,
+    ) -> None:
+        self.spec = RagIndexSpec.model_validate(spec)
+        self.data_dir = Path(data_dir)
+        self.verifier = TokenVerifier(auth_dir(self.data_dir))
+        self.ingest = ingest
+        self.views = ReplicaThread("router-views")
+        self.searches = ReplicaThread("router-search", SEARCH_THREADS)
+        self.answers = ReplicaThread("router-answer", ANSWER_THREADS)
+        self.side: QuerySide
+        if runtime == "local":
+            directory = replica_dir(self.data_dir, self.spec, ROUTER, replica_rank())
+            self.side = LocalQuerySide(self.spec, self.data_dir, name, namespace, directory)
+        else:
+            assert embedder is not None and shards is not None and lexical is not None
+            identity, max_seq = await embedder.describe.remote()
+            remote = RemoteEmbedder(embedder, identity, max_seq)
+            self.side = ClusterQuerySide(self.spec, remote, shards, lexical, reranker)
+        await self.views.run(self.side.load_models)
+        self._refresher = asyncio.get_running_loop().create_task(
+            refresh_forever(self.views, self.side.refresh, "refresh failed")
+        )
+
+    def __serve_build_asgi_app__(self) -> Any:
+        return create_app(self, self.verifier, limits=self.spec.limits)
+
+    # Backend protocol for router.http
+
+    async def search(
+        self,
+        tenant_id: str,
+        query: str,
+        k: int | None,
+        mode: str,
+        rerank: bool | None,
+        access: Access | None = None,
+    ) -> SearchResult:
+        return await self.searches.run(self.side.search, tenant_id, query, k, mode, rerank, access)
+
+    async def upsert(
+        self, tenant_id: str, documents: list[Document], wait_s: float | None
+    ) -> dict[str, Any]:
+        accepted: list[dict[str, Any]] = await self.ingest.append.remote(tenant_id, documents)
+        return {"accepted": accepted, "applied": await self._wait(accepted, wait_s)}
+
+    async def delete(
+        self, tenant_id: str, source: str, doc_id: str, wait_s: float | None
+    ) -> dict[str, Any]:
+        accepted: dict[str, Any] = await self.ingest.delete.remote(tenant_id, source, doc_id)
+        return {"accepted": [accepted], "applied": await self._wait([accepted], wait_s)}
+
+    async def _wait(self, accepted: list[dict[str, Any]], wait_s: float | None) -> bool | None:
+        """Read-your-writes: until the workers committed these `docs` offsets, then until every
+        view applied the chunk offsets that existed at that moment; False at the timeout."""
+        if wait_s is None:
+            return None
+        deadline = time.monotonic() + wait_s
+        needed: dict[int, int] = {}
+        for a in accepted:
+            needed[a["partition"]] = max(needed.get(a["partition"], 0), a["offset"] + 1)
+        for partition, offset in needed.items():
+            while await self.ingest.processed.remote(partition) < offset:
+                if time.monotonic() > deadline:
+                    return False
+                await asyncio.sleep(WAIT_POLL_S)
+        ends: list[int] = await self.ingest.chunk_ends.remote()
+        while True:
+            await self.views.run(self.side.refresh)
+            progress = await self.views.run(self.side.progress)
+            if views_caught_up(progress, ends):
+                return True
+            if time.monotonic() > deadline:
+                return False
+            await asyncio.sleep(WAIT_POLL_S)
+
+    async def answer(
+        self, tenant_id: str, question: str, k: int, access: Access | None = None
+    ) -> Answer:
+        return await self.answers.run(self.side.answer, tenant_id, question, k, access)
+
+    async def stats(self, tenant_id: str) -> dict[str, Any]:
+        return await self.searches.run(self.side.stats, tenant_id)
+
+    async def ready(self) -> tuple[bool, str]:
+        """Searchable once the views opened; `degraded` (still ready) if writes cannot land."""
+        if not await self.views.run(self.side.try_open):
+            return False, "waiting for Ingest to create the index's topics"
+        try:
+            writable = await asyncio.wait_for(self.ingest.writable.remote(), timeout=2.0)
+        except Exception as err:
+            return True, f"degraded: ingest is not answering ({type(err).__name__})"
+        return (True, "ok") if writable == "ok" else (True, f"degraded: {writable}")
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self._refresher.cancel()
+            self.views.call(self.side.close)
+            for pool in (self.views, self.searches, self.answers):
+                pool.close()

@@ -1,0 +1,56 @@
+"""What every replica shares: one worker thread owning its index objects, one refresh loop.
+
+Every replica runs its index and model work on ONE worker thread: FAISS and SQLite objects
+are not shared across threads, and one intra-op thread per replica is what 2 cores sustain
+(FIELD-NOTES).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+log = logging.getLogger("ragindex.serve")
+T = TypeVar("T")
+
+REFRESH_S = 0.15
+
+
+def limit_threads() -> None:
+    """One intra-op thread for this replica (FIELD-NOTES: 2 threads collapse under load)."""
+    import faiss
+    import torch
+
+    torch.set_num_threads(1)
+    faiss.omp_set_num_threads(1)
+
+
+class ReplicaThread:
+    """A single thread that owns this replica's index objects; async callers await it."""
+
+    def __init__(self, name: str, workers: int = 1) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=name)
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
+    def call(self, fn: Callable[[], T]) -> T:
+        """Run on the worker thread from sync code (shutdown), blocking."""
+        return self._pool.submit(fn).result()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+async def refresh_forever(worker: ReplicaThread, refresh: Callable[[], None], what: str) -> None:
+    """Apply the writer's new work every REFRESH_S; a failed round is logged and retried,
+    and the replica keeps serving what it has (readiness reports the staleness)."""
+    while True:
+        try:
+            await worker.run(refresh)
+        except Exception:
+            log.exception(what)
+        await asyncio.sleep(REFRESH_S)

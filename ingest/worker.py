@@ -1,0 +1,226 @@
+"""Ingest workers: consume `docs`, produce `chunks.<generation>`, exactly once.
+
+A worker owns some `docs` partitions (`owned_partitions`: round robin by worker rank, so no
+partition has two workers). For each batch it reads from the group's committed offset,
+chunks every document, diffs it against the manifest (doc -> chunk ids and content hashes),
+embeds only new or changed chunks, and appends the chunk records (tombstones for removed
+chunks) together with the new `docs` offset in one `append_and_commit`: a worker killed
+mid-batch leaves neither chunks without the offset nor the offset without chunks, so a
+restart redoes exactly the uncommitted batch.
+
+The manifest is a materialized view too: of the compacted `chunks.<generation>` topic, whose
+keys name every live chunk's document and whose values carry its content hash. A worker that
+takes over a partition (after a crash, on another node) rebuilds it from there; since chunks
+and offsets commit atomically, the rebuilt manifest is exactly the committed state.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ragindex.config import ChunkingSpec
+from ragindex.filters import superseded
+from ragindex.hashing import shard_for
+from ragindex.ingest.pipeline import chunk_for_embedder, embed_chunks
+from ragindex.protocols import Embedder, Log
+from ragindex.records import (
+    DocKey,
+    chunk_header,
+    chunk_key,
+    decode_document,
+    doc_of_chunk,
+    encode_chunk,
+    split_chunk_key,
+)
+from ragindex.topics import partition_for_key
+from ragindex.types import Chunk, LogRecord
+
+log = logging.getLogger("ragindex.ingest")
+
+INGEST_GROUP = "ingest"
+LAG_LIMIT = 10_000  # lag() counts up to this many records per partition
+READ_BATCH = 64  # docs per transaction: small enough that a crash redoes little
+
+
+@dataclass(frozen=True)
+class DataPlaneTopics:
+    """The topics of one index generation and their partition counts."""
+
+    docs: str
+    chunks: str
+    docs_partitions: int
+    shards: int
+    group: str = INGEST_GROUP  # the generation's ingest consumer group on `docs`
+
+
+def owned_partitions(rank: int, workers: int, partitions: int) -> list[int]:
+    """The `docs` partitions worker `rank` of `workers` consumes (at most one worker each);
+    a replica ranked beyond `workers` (scaled up for writes) consumes none."""
+    if rank < 0 or workers < 1:
+        raise ValueError(f"rank {rank} / workers {workers}: need rank >= 0 and workers >= 1")
+    if rank >= workers:
+        return []
+    return [p for p in range(partitions) if p % workers == rank]
+
+
+Manifest = dict[DocKey, dict[str, str]]  # document -> {chunk id: content hash}
+Versions = dict[DocKey, str | None]  # document -> `updated` of its indexed version
+
+
+def read_all(log_: Log, topic: str, partition: int, batch: int = 5000) -> list[LogRecord]:
+    """Every committed record of a partition, up to its end offset when called."""
+    end = log_.end_offset(topic, partition)
+    out: list[LogRecord] = []
+    offset = 0
+    while offset < end:
+        records = log_.read(topic, partition, offset, max_records=batch)
+        if not records:
+            break
+        out.extend(records)
+        offset = records[-1].offset + 1
+    return out
+
+
+def rebuild_manifest(
+    log_: Log, topics: DataPlaneTopics, partitions: Sequence[int]
+) -> tuple[Manifest, Versions]:
+    """The manifest of `partitions` and their documents' versions from the chunks topic (the
+    committed state)."""
+    owned = set(partitions)
+    manifest: Manifest = {}
+    versions: Versions = {}
+    for shard in range(topics.shards):
+        for record in read_all(log_, topics.chunks, shard):
+            tenant, chunk_id = split_chunk_key(record.key)
+            doc = DocKey(tenant, *doc_of_chunk(chunk_id))
+            if partition_for_key(doc.encode(), topics.docs_partitions) not in owned:
+                continue
+            if record.value is None:
+                chunks = manifest.get(doc, {})
+                chunks.pop(chunk_id, None)
+                if not chunks:
+                    manifest.pop(doc, None)
+                    versions.pop(doc, None)
+            else:
+                chunk = chunk_header(record.value)
+                manifest.setdefault(doc, {})[chunk_id] = chunk.content_hash
+                versions[doc] = chunk.updated
+    return manifest, versions
+
+
+class IngestWorker:
+    """Consumes the `docs` partitions it owns into `chunks.<generation>`."""
+
+    def __init__(
+        self,
+        log_: Log,
+        topics: DataPlaneTopics,
+        embedder: Embedder,
+        chunking: ChunkingSpec,
+        partitions: Sequence[int],
+        group: str | None = None,
+    ) -> None:
+        self.log = log_
+        self.topics = topics
+        self.embedder = embedder
+        self.chunking = chunking
+        self.partitions = list(partitions)
+        self.group = group or topics.group
+        self.manifest, self.versions = rebuild_manifest(log_, topics, self.partitions)
+
+    def lag(self) -> int:
+        """Records of owned partitions not yet consumed: what a read from the committed offset
+        returns (offsets are no measure: Kafka's transaction markers take offsets too)."""
+        return sum(
+            len(
+                self.log.read(
+                    self.topics.docs,
+                    p,
+                    self.log.committed(self.group, self.topics.docs, p),
+                    max_records=LAG_LIMIT,
+                )
+            )
+            for p in self.partitions
+        )
+
+    def poll(self, max_records: int = READ_BATCH, timeout_s: float = 0.0) -> int:
+        """Process one batch from every owned partition; returns how many docs records."""
+        done = 0
+        for p in self.partitions:
+            start = self.log.committed(self.group, self.topics.docs, p)
+            records = self.log.read(
+                self.topics.docs, p, start, max_records=max_records, timeout_s=timeout_s
+            )
+            if records:
+                self._process(p, records)
+                done += len(records)
+        return done
+
+    def _process(self, partition: int, records: list[LogRecord]) -> None:
+        changed: Manifest = {}  # this batch's view of the manifest, applied after the commit
+        versions: Versions = {}
+        final: dict[tuple[str, str], Chunk | None] = {}  # chunk -> its state after the batch
+        for record in records:
+            doc = DocKey.decode(record.key)
+            stored = changed.get(doc, self.manifest.get(doc, {}))
+            new_chunks = self._chunks_of(doc, record)
+            if new_chunks is None:
+                continue
+            current = versions.get(doc, self.versions.get(doc)) if stored else None
+            if new_chunks and superseded(new_chunks[0].updated, current):
+                log.info("skipping %s: updated %s is older than the indexed %s", doc,
+                         new_chunks[0].updated, current)  # fmt: skip
+                continue
+            versions[doc] = new_chunks[0].updated if new_chunks else None
+            new_ids = {c.chunk_id for c in new_chunks}
+            for chunk_id in stored:
+                if chunk_id not in new_ids:
+                    final[(doc.tenant_id, chunk_id)] = None
+            for chunk in new_chunks:
+                if stored.get(chunk.chunk_id) != chunk.content_hash:
+                    final[(doc.tenant_id, chunk.chunk_id)] = chunk
+            changed[doc] = {c.chunk_id: c.content_hash for c in new_chunks}
+        upserts = [c for c in final.values() if c is not None]
+        out: list[tuple[int, bytes, bytes | None]] = [
+            (self._shard(tenant, chunk_id), chunk_key(tenant, chunk_id), None)
+            for (tenant, chunk_id), c in final.items()
+            if c is None
+        ]
+        vectors = embed_chunks(self.embedder, upserts)  # only new or changed chunks
+        for chunk, vector in zip(upserts, vectors, strict=True):
+            out.append(
+                (
+                    self._shard(chunk.tenant_id, chunk.chunk_id),
+                    chunk_key(chunk.tenant_id, chunk.chunk_id),
+                    encode_chunk(chunk, vector),
+                )
+            )
+        self.log.append_and_commit(
+            self.topics.chunks,
+            out,
+            group=self.group,
+            consumed={(self.topics.docs, partition): records[-1].offset + 1},
+        )
+        for doc, chunks in changed.items():
+            if chunks:
+                self.manifest[doc] = chunks
+                self.versions[doc] = versions[doc]
+            else:
+                self.manifest.pop(doc, None)
+                self.versions.pop(doc, None)
+
+    def _chunks_of(self, doc: DocKey, record: LogRecord) -> list[Chunk] | None:
+        """The document's chunks ([] for a delete); None for a record that cannot be read."""
+        if record.value is None:
+            return []
+        try:
+            document = decode_document(record.value)
+            return chunk_for_embedder(self.embedder, self.chunking, doc.tenant_id, document)
+        except Exception:  # validated before it was logged: a bug, not a reason to stall
+            log.exception("skipping unreadable docs record %s at offset %d", doc, record.offset)
+            return None
+
+    def _shard(self, tenant_id: str, chunk_id: str) -> int:
+        return shard_for(tenant_id, chunk_id, self.topics.shards)

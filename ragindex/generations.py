@@ -1,0 +1,259 @@
+"""Index generations: what one is, and the pure decisions about building and promoting one.
+
+A generation is everything a rebuild of the views depends on: the embedder identity (backend,
+model, prompt prefixes), the dense layout (shard count, the HNSW build parameters M and
+efConstruction) and the chunking (chunk ids and text). Changing any of GENERATION_FIELDS starts
+a new generation, built beside the serving one by replaying the compacted `docs` log into
+`chunks.<new>`; every other field changes in place. The operator and the app name a
+generation's topics, RayService and directories with `index_generation(spec)`.
+
+Promotion is decided here from evidence the caller gathers (`PromotionEvidence`): the new
+generation's consumers reached the end of `docs`, every tenant's documents are indexed, and a
+self-check (each sampled document's own title retrieves it in the top 10 of the new
+generation's dense leg) passes. The generation record (`GenerationRecord`) is the one pointer
+that says which generation serves; promotion and rollback are pure functions of it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from ragindex.config import RagIndexSpec
+from ragindex.errors import InvalidInput, RagIndexError
+from ragindex.hashing import content_hash
+
+# CRD paths of the fields that start a new generation (everything else changes in place).
+GENERATION_FIELDS: tuple[str, ...] = (
+    "embedder.backend",
+    "embedder.model",
+    "embedder.queryPrefix",
+    "embedder.passagePrefix",
+    "dense.shards",
+    "dense.hnsw.m",
+    "dense.hnsw.efConstruction",
+    "chunking.strategy",
+    "chunking.maxTokens",
+    "chunking.overlap",
+)
+
+SELF_CHECK_TOP_K = 10
+
+
+def generation_identity(spec: RagIndexSpec) -> dict[str, Any]:
+    """The values of GENERATION_FIELDS in `spec`, keyed by their CRD path."""
+    dumped = spec.model_dump(mode="json", by_alias=True)
+    out: dict[str, Any] = {}
+    for path in GENERATION_FIELDS:
+        node: Any = dumped
+        for part in path.split("."):
+            node = node[part]
+        out[path] = node
+    return out
+
+
+def index_generation(spec: RagIndexSpec) -> str:
+    """8 hex characters naming the generation; equal GENERATION_FIELDS, equal generation."""
+    return content_hash(json.dumps(generation_identity(spec), sort_keys=True))[:8]
+
+
+def changed_generation_fields(old: RagIndexSpec, new: RagIndexSpec) -> list[str]:
+    """The GENERATION_FIELDS that differ between two specs (empty: same generation)."""
+    a, b = generation_identity(old), generation_identity(new)
+    return [path for path in GENERATION_FIELDS if a[path] != b[path]]
+
+
+def ingest_group(generation: str) -> str:
+    """The consumer group of a generation's ingest workers on `docs`: each generation keeps
+    its own offsets, so a new one replays `docs` from the start while the old one goes on."""
+    return f"ingest.{generation}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Promotion
+
+
+class PromotionRefused(RagIndexError):
+    """A new generation failed a promotion check; the serving generation is unchanged."""
+
+    def __init__(self, generation: str, failures: Sequence[str]) -> None:
+        self.generation = generation
+        self.failures = list(failures)
+        super().__init__(f"generation {generation} was not promoted: " + "; ".join(self.failures))
+
+
+@dataclass(frozen=True)
+class PromotionEvidence:
+    """What the caller measured of a candidate generation before promoting it."""
+
+    docs_end: Mapping[int, int]  # `docs` partition -> end offset
+    consumed: Mapping[int, int]  # `docs` partition -> the generation's committed offset
+    documents: Mapping[str, int]  # tenant -> live documents in `docs`
+    indexed: Mapping[str, int]  # tenant -> documents with chunks in the new generation's views
+    self_check_missed: Sequence[str]  # sampled document keys whose title did not retrieve them
+    self_check_sampled: int
+
+
+def promotion_failures(evidence: PromotionEvidence) -> list[str]:
+    """Each failed check, named and explained; empty means the generation may be promoted."""
+    failures: list[str] = []
+    behind = {
+        p: end - evidence.consumed.get(p, 0)
+        for p, end in evidence.docs_end.items()
+        if evidence.consumed.get(p, 0) < end
+    }
+    if behind:
+        failures.append(
+            f"caught-up: the backfill is {sum(behind.values())} docs records behind the end"
+            f" of docs (partitions {sorted(behind)})"
+        )
+    tenants = sorted(set(evidence.documents) | set(evidence.indexed))
+    wrong = [
+        f"{t}: {evidence.indexed.get(t, 0)} of {evidence.documents.get(t, 0)}"
+        for t in tenants
+        if evidence.indexed.get(t, 0) != evidence.documents.get(t, 0)
+    ]
+    if wrong:
+        failures.append(
+            "chunk-counts: documents indexed in the new generation differ from docs ("
+            + ", ".join(wrong[:5])
+            + (", ..." if len(wrong) > 5 else "")
+            + ")"
+        )
+    if evidence.self_check_missed:
+        missed = evidence.self_check_missed
+        failures.append(
+            f"self-check: {len(missed)} of {evidence.self_check_sampled} sampled documents are"
+            f" not in the top {SELF_CHECK_TOP_K} for their own title ("
+            + ", ".join(missed[:5])
+            + (", ..." if len(missed) > 5 else "")
+            + ")"
+        )
+    return failures
+
+
+def self_check_sample(keys: Sequence[bytes], size: int) -> list[bytes]:
+    """A deterministic sample of document keys (the same docs every run, spread by hash)."""
+    if size < 0:
+        raise InvalidInput(f"self-check sample size must be >= 0, got {size}")
+    return sorted(keys, key=lambda k: content_hash(k.decode()))[:size]
+
+
+# ---------------------------------------------------------------------------------------------
+# The generation record: which generation serves, which are built or kept for rollback
+
+State = Literal["building", "serving", "retained", "failed"]
+
+
+@dataclass(frozen=True)
+class GenerationEntry:
+    spec: dict[str, Any]  # the generation's spec (JSON, CRD aliases)
+    state: State
+    since: float  # when it entered this state (seconds since the epoch)
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class GenerationRecord:
+    """Every generation of one index and which one serves (the atomic pointer)."""
+
+    active: str | None = None
+    generations: Mapping[str, GenerationEntry] = field(default_factory=dict)
+
+    def spec_of(self, generation: str) -> RagIndexSpec:
+        return RagIndexSpec.model_validate(self.generations[generation].spec)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "active": self.active,
+            "generations": {
+                g: {"spec": e.spec, "state": e.state, "since": e.since, "reason": e.reason}
+                for g, e in self.generations.items()
+            },
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> GenerationRecord:
+        return cls(
+            active=data.get("active"),
+            generations={g: GenerationEntry(**e) for g, e in data.get("generations", {}).items()},
+        )
+
+
+def _with(record: GenerationRecord, generation: str, entry: GenerationEntry) -> GenerationRecord:
+    return replace(record, generations={**record.generations, generation: entry})
+
+
+def first_generation(spec: RagIndexSpec, now: float) -> GenerationRecord:
+    """The record of an index whose first generation is `spec`'s."""
+    spec_json = spec.model_dump(mode="json", by_alias=True)
+    return GenerationRecord(
+        active=index_generation(spec),
+        generations={index_generation(spec): GenerationEntry(spec_json, "serving", now)},
+    )
+
+
+def start_building(record: GenerationRecord, spec: RagIndexSpec, now: float) -> GenerationRecord:
+    """Mark `spec`'s generation as building beside the serving one."""
+    generation = index_generation(spec)
+    if record.active is None:
+        raise InvalidInput("nothing serves yet: ingest documents before a reindex")
+    if generation == record.active:
+        raise InvalidInput(
+            f"the spec names generation {generation}, which is already serving: none of"
+            f" {', '.join(GENERATION_FIELDS)} changed, so there is nothing to rebuild (other"
+            " fields apply in place)"
+        )
+    spec_json = spec.model_dump(mode="json", by_alias=True)
+    return _with(record, generation, GenerationEntry(spec_json, "building", now))
+
+
+def fail(record: GenerationRecord, generation: str, reason: str, now: float) -> GenerationRecord:
+    entry = record.generations[generation]
+    return _with(record, generation, replace(entry, state="failed", since=now, reason=reason))
+
+
+def promote(record: GenerationRecord, generation: str, now: float) -> GenerationRecord:
+    """Serve `generation`; the one serving before is retained for rollback."""
+    entry = record.generations.get(generation)
+    if entry is None or entry.state not in ("building", "retained"):
+        raise InvalidInput(f"generation {generation} is not built; it cannot serve")
+    out = record
+    if record.active is not None and record.active != generation:
+        old = record.generations[record.active]
+        out = _with(out, record.active, replace(old, state="retained", since=now, reason=""))
+    out = _with(out, generation, replace(entry, state="serving", since=now, reason=""))
+    return replace(out, active=generation)
+
+
+def rollback_target(record: GenerationRecord, now: float, window_s: float) -> str:
+    """The most recently retained generation, if it is still inside the rollback window."""
+    retained = [(e.since, g) for g, e in record.generations.items() if e.state == "retained"]
+    if not retained:
+        raise InvalidInput("no generation is retained: there is nothing to roll back to")
+    since, generation = max(retained)
+    if now - since > window_s:
+        raise InvalidInput(
+            f"generation {generation} was retired {now - since:.0f} s ago, beyond the rollback"
+            f" window of {window_s:.0f} s; reindex with its spec instead"
+        )
+    return generation
+
+
+def forget(record: GenerationRecord, generations: Sequence[str]) -> GenerationRecord:
+    """The record without `generations` (retired: their data is deleted); never the active."""
+    if record.active in generations:
+        raise InvalidInput(f"generation {record.active} serves; it cannot be retired")
+    kept = {g: e for g, e in record.generations.items() if g not in generations}
+    return replace(record, generations=kept)
+
+
+def expired(record: GenerationRecord, now: float, window_s: float) -> list[str]:
+    """Retained or failed generations past the rollback window (their data may be dropped)."""
+    return sorted(
+        g
+        for g, e in record.generations.items()
+        if e.state in ("retained", "failed") and now - e.since > window_s
+    )

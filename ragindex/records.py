@@ -1,0 +1,90 @@
+"""Keys and values of the `docs` and `chunks.<generation>` topics: pure encode/decode.
+
+- `docs`: key `tenant/source/doc_id`; value the document as JSON, or None (a tombstone) to
+  delete it. Compaction keeps each document's newest version: the topic is the corpus.
+- `chunks.<generation>`: key `tenant/chunk_id`; value a little-endian u32 header length, the
+  JSON header (chunk fields and content hash), then the float32 vector. None deletes the chunk.
+
+Ids cannot contain `/` or `:` (ID_PART_RE, TENANT_RE), so keys split back unambiguously.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from ragindex.errors import InvalidInput
+from ragindex.protocols import Vectors
+from ragindex.types import Chunk, Document
+
+_HEADER_LEN = struct.Struct("<I")
+
+
+@dataclass(frozen=True)
+class DocKey:
+    tenant_id: str
+    source: str
+    doc_id: str
+
+    def encode(self) -> bytes:
+        return f"{self.tenant_id}/{self.source}/{self.doc_id}".encode()
+
+    @classmethod
+    def decode(cls, key: bytes) -> DocKey:
+        tenant, source, doc_id = key.decode().split("/", 2)
+        return cls(tenant, source, doc_id)
+
+
+def doc_key(tenant_id: str, source: str, doc_id: str) -> bytes:
+    return DocKey(tenant_id, source, doc_id).encode()
+
+
+def encode_document(doc: Document) -> bytes:
+    return json.dumps(asdict(doc), separators=(",", ":")).encode()
+
+
+def decode_document(value: bytes) -> Document:
+    return Document(**json.loads(value))
+
+
+def chunk_key(tenant_id: str, chunk_id: str) -> bytes:
+    return f"{tenant_id}/{chunk_id}".encode()
+
+
+def split_chunk_key(key: bytes) -> tuple[str, str]:
+    """(tenant, chunk id) of a `chunks` key."""
+    tenant, chunk_id = key.decode().split("/", 1)
+    return tenant, chunk_id
+
+
+def doc_of_chunk(chunk_id: str) -> tuple[str, str]:
+    """(source, doc_id) of a chunk id `source:doc_id:n`."""
+    source, doc_id, _ = chunk_id.split(":", 2)
+    return source, doc_id
+
+
+def encode_chunk(chunk: Chunk, vector: Vectors) -> bytes:
+    header = json.dumps(asdict(chunk), separators=(",", ":")).encode()
+    return _HEADER_LEN.pack(len(header)) + header + np.ascontiguousarray(vector, "<f4").tobytes()
+
+
+def chunk_header(value: bytes) -> Chunk:
+    """The chunk of a `chunks` value, without decoding its vector (BM25 view, manifest)."""
+    (n,) = _HEADER_LEN.unpack_from(value)
+    return Chunk(**json.loads(value[_HEADER_LEN.size : _HEADER_LEN.size + n]))
+
+
+def decode_chunk(value: bytes, dimension: int) -> tuple[Chunk, Vectors]:
+    """The chunk and its vector; InvalidInput if the vector is not `dimension` floats."""
+    (n,) = _HEADER_LEN.unpack_from(value)
+    chunk = chunk_header(value)
+    vector = np.frombuffer(value, "<f4", offset=_HEADER_LEN.size + n).astype(np.float32)
+    if vector.shape != (dimension,):
+        raise InvalidInput(
+            f"chunk {chunk.chunk_id} carries a {vector.shape[0]}-d vector;"
+            f" the index is {dimension}-d"
+        )
+    return chunk, vector

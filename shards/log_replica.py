@@ -1,0 +1,163 @@
+"""A replica of one dense shard as a view of partition `shard` of `chunks.<generation>`.
+
+It holds the shard's FAISS tenant partitions AND its chunks' text (hits come back with text:
+no global chunk store on the query path), in node-local storage under `directory`. It starts
+from its own newest snapshot (FAISS files + texts, both stamped with the log offset they
+cover) or from offset 0, replays the partition from there, and snapshots periodically so a
+restart replays little.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+
+from ragindex.config import HnswSpec
+from ragindex.filters import TermExpr, TermPostings
+from ragindex.protocols import Log, Vectors
+from ragindex.records import decode_chunk, split_chunk_key
+from ragindex.shards.fsio import write_durable
+from ragindex.shards.shard import MANIFEST, DenseShard
+from ragindex.types import Chunk, LogRecord, ModelIdentity, ScoredId
+
+SNAPSHOT_DIR = "snapshot"
+TEXTS = "texts.json"
+READ_BATCH = 2000
+SNAPSHOT_EVERY_RECORDS = 20_000
+SNAPSHOT_EVERY_S = 60.0
+
+
+def snapshot_due(records_since: int, seconds_since: float) -> bool:
+    """Snapshot after many records, or after a while with any: restarts replay little."""
+    return records_since >= SNAPSHOT_EVERY_RECORDS or (
+        records_since > 0 and seconds_since >= SNAPSHOT_EVERY_S
+    )
+
+
+class LogShardReplica:
+    """FAISS tenant partitions + chunk text of one shard, applied from the log."""
+
+    def __init__(
+        self,
+        log_: Log,
+        topic: str,
+        shard: int,
+        directory: Path,
+        identity: ModelIdentity,
+        hnsw: HnswSpec,
+        exact_threshold: int,
+    ) -> None:
+        self.log = log_
+        self.topic = topic
+        self.partition = shard
+        self.directory = directory
+        directory.mkdir(parents=True, exist_ok=True)  # this replica's node-local storage
+        self.identity = identity
+        self.shard = DenseShard(identity, hnsw, exact_threshold)
+        self.texts: dict[str, dict[str, Chunk]] = {}  # tenant -> chunk id -> chunk
+        self.postings: dict[str, TermPostings] = {}  # tenant -> filter terms of its chunks
+        self.offset = 0
+        self._load_snapshot(hnsw, exact_threshold)
+        self._since_snapshot = 0
+        self._snapshot_at = time.monotonic()
+
+    def _load_snapshot(self, hnsw: HnswSpec, exact_threshold: int) -> None:
+        snap = self.directory / SNAPSHOT_DIR
+        if not (snap / MANIFEST).exists() or not (snap / TEXTS).exists():
+            return
+        shard = DenseShard.load(snap, hnsw, exact_threshold)
+        texts = json.loads((snap / TEXTS).read_bytes())
+        if texts["offset"] != shard.wal_offset or shard.identity != self.identity:
+            return  # a crash between the two writes, or another generation: replay from 0
+        self.shard = shard
+        self.offset = shard.wal_offset
+        self.texts = {
+            tenant: {c["chunk_id"]: Chunk(**c) for c in chunks}
+            for tenant, chunks in texts["chunks"].items()
+        }
+        for tenant, chunks_ in self.texts.items():
+            for chunk in chunks_.values():
+                self.postings.setdefault(tenant, TermPostings()).add(chunk)
+
+    def catch_up(self, max_records: int | None = None) -> int:
+        """Apply what the partition has beyond this replica's offset; returns records applied."""
+        applied = 0
+        while max_records is None or applied < max_records:
+            records = self.log.read(self.topic, self.partition, self.offset, max_records=READ_BATCH)
+            if not records:
+                break
+            self._apply(records)
+            applied += len(records)
+        self._since_snapshot += applied
+        if snapshot_due(self._since_snapshot, time.monotonic() - self._snapshot_at):
+            self.snapshot()
+        return applied
+
+    def _apply(self, records: list[LogRecord]) -> None:
+        """Runs of upserts go to FAISS in one call per tenant; a tombstone ends a run."""
+        run: dict[str, dict[str, Vectors]] = {}
+
+        def flush() -> None:
+            for tenant, vectors in run.items():
+                self.shard.upsert(tenant, list(vectors), np.stack(list(vectors.values())))
+            run.clear()
+
+        for record in records:
+            tenant, chunk_id = split_chunk_key(record.key)
+            if record.value is None:
+                flush()
+                self.shard.delete(tenant, [chunk_id])
+                self.texts.get(tenant, {}).pop(chunk_id, None)
+                self.postings.get(tenant, TermPostings()).remove(chunk_id)
+            else:
+                chunk, vector = decode_chunk(record.value, self.identity.dimension)
+                run.setdefault(tenant, {})[chunk_id] = vector
+                self.texts.setdefault(tenant, {})[chunk_id] = chunk
+                self.postings.setdefault(tenant, TermPostings()).add(chunk)
+        flush()
+        self.offset = records[-1].offset + 1
+
+    def snapshot(self) -> None:
+        """Texts first, then the FAISS snapshot whose manifest names the same offset."""
+        snap = self.directory / SNAPSHOT_DIR
+        snap.mkdir(parents=True, exist_ok=True)
+        texts = {
+            "offset": self.offset,
+            "chunks": {t: [asdict(c) for c in cs.values()] for t, cs in self.texts.items()},
+        }
+        write_durable(snap / TEXTS, json.dumps(texts).encode())
+        self.shard.wal_offset = self.offset
+        self.shard.save(snap)
+        self._since_snapshot = 0
+        self._snapshot_at = time.monotonic()
+
+    def search(
+        self,
+        query_vector: Vectors,
+        top_k: int,
+        tenant_id: str,
+        identity: ModelIdentity,
+        access: TermExpr | None = None,
+    ) -> list[ScoredId]:
+        """Top-k of the tenant; `access` selects the allowed ids from this shard's postings,
+        and the partition searches only those (exact, or HNSW with an id selector)."""
+        allowed = None
+        if access is not None:
+            allowed = self.postings.get(tenant_id, TermPostings()).select(access)
+        return self.shard.search(query_vector, top_k, tenant_id, identity, allowed)
+
+    def get_chunks(self, tenant_id: str, chunk_ids: Sequence[str]) -> dict[str, Chunk]:
+        mine = self.texts.get(tenant_id, {})
+        found = {cid: mine.get(cid) for cid in chunk_ids}  # .get: the views thread may delete
+        return {cid: c for cid, c in found.items() if c is not None}
+
+    def count(self, tenant_id: str) -> int:
+        return self.shard.count(tenant_id)
+
+    def documents(self, tenant_id: str) -> set[tuple[str, str]]:
+        return {(c.source, c.doc_id) for c in self.texts.get(tenant_id, {}).values()}

@@ -1,0 +1,163 @@
+"""What a generation is, and the pure promotion and rollback decisions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ragindex.config import RagIndexSpec
+from ragindex.errors import InvalidInput
+from ragindex.generations import (
+    GENERATION_FIELDS,
+    GenerationRecord,
+    PromotionEvidence,
+    changed_generation_fields,
+    expired,
+    fail,
+    first_generation,
+    forget,
+    index_generation,
+    ingest_group,
+    promote,
+    promotion_failures,
+    rollback_target,
+    self_check_sample,
+    start_building,
+)
+from ragindex.operator.crd import render_crd
+
+
+def spec(**fields: Any) -> RagIndexSpec:
+    return RagIndexSpec.model_validate(fields)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"embedder": {"model": "other"}},
+        {"embedder": {"backend": "flagembedding"}},
+        {"embedder": {"queryPrefix": "query: "}},
+        {"embedder": {"passagePrefix": "passage: "}},
+        {"dense": {"shards": 3}},
+        {"dense": {"hnsw": {"m": 16}}},
+        {"dense": {"hnsw": {"efConstruction": 100}}},
+        {"chunking": {"maxTokens": 100}},
+        {"chunking": {"strategy": "window"}},
+        {"chunking": {"overlap": 0.25}},
+    ],
+)
+def test_rebuild_fields_start_a_new_generation(fields: dict[str, Any]) -> None:
+    assert index_generation(spec(**fields)) != index_generation(spec())
+    assert len(changed_generation_fields(spec(), spec(**fields))) == 1
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"dense": {"hnsw": {"efSearch": 16}, "replicas": 3, "exactThreshold": 5}},
+        {"embedder": {"batchSize": 64, "replicas": 4, "gpus": 1}},
+        {"fusion": {"rrfK": 10}, "freshnessS": 5, "generations": {"selfCheckSample": 3}},
+        {"lexical": {"onUnavailable": "dense-only"}, "scaling": {"query": {"maxReplicas": 9}}},
+    ],
+)
+def test_other_fields_change_in_place(fields: dict[str, Any]) -> None:
+    assert index_generation(spec(**fields)) == index_generation(spec())
+    assert changed_generation_fields(spec(), spec(**fields)) == []
+
+
+def test_every_generation_field_says_so_in_the_crd() -> None:
+    schema = render_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
+    for path in GENERATION_FIELDS:
+        node = schema["spec"]
+        for part in path.split("."):
+            node = node["properties"][part]
+        assert "starts a new index generation" in node["description"], path
+    ef_search = schema["spec"]["properties"]["dense"]["properties"]["hnsw"]["properties"]
+    assert "Changes in place" in ef_search["efSearch"]["description"]
+
+
+def test_each_generation_has_its_own_ingest_group() -> None:
+    a, b = index_generation(spec()), index_generation(spec(dense={"shards": 3}))
+    assert ingest_group(a) != ingest_group(b)
+
+
+def evidence(**overrides: Any) -> PromotionEvidence:
+    values: dict[str, Any] = {
+        "docs_end": {0: 10, 1: 5},
+        "consumed": {0: 10, 1: 5},
+        "documents": {"a": 7, "b": 3},
+        "indexed": {"a": 7, "b": 3},
+        "self_check_missed": [],
+        "self_check_sampled": 4,
+    }
+    return PromotionEvidence(**(values | overrides))
+
+
+def test_complete_evidence_promotes() -> None:
+    assert promotion_failures(evidence()) == []
+
+
+def test_each_failed_check_is_named() -> None:
+    behind = promotion_failures(evidence(consumed={0: 8, 1: 5}))
+    assert len(behind) == 1 and behind[0].startswith("caught-up")
+    assert "2 docs records behind" in behind[0] and "[0]" in behind[0]
+    counts = promotion_failures(evidence(indexed={"a": 6, "b": 3}))
+    assert len(counts) == 1 and counts[0].startswith("chunk-counts") and "a: 6 of 7" in counts[0]
+    missing_tenant = promotion_failures(evidence(indexed={"a": 7}))
+    assert "b: 0 of 3" in missing_tenant[0]
+    missed = promotion_failures(evidence(self_check_missed=["a/s/1"]))
+    assert len(missed) == 1 and missed[0].startswith("self-check") and "1 of 4" in missed[0]
+    all_three = promotion_failures(
+        evidence(consumed={}, indexed={}, self_check_missed=["a/s/1", "a/s/2"])
+    )
+    assert [f.split(":")[0] for f in all_three] == ["caught-up", "chunk-counts", "self-check"]
+
+
+def test_self_check_sample_is_deterministic_and_bounded() -> None:
+    keys = [f"t/s/{n}".encode() for n in range(50)]
+    sample = self_check_sample(keys, 10)
+    assert len(sample) == 10 and sample == self_check_sample(list(reversed(keys)), 10)
+    assert self_check_sample(keys, 100) == self_check_sample(keys, 50)
+    with pytest.raises(InvalidInput):
+        self_check_sample(keys, -1)
+
+
+def test_promote_retains_the_old_generation_and_rolls_back_inside_the_window() -> None:
+    old, new = spec(), spec(dense={"shards": 3})
+    g_old, g_new = index_generation(old), index_generation(new)
+    record = first_generation(old, now=100.0)
+    assert record.active == g_old
+    building = start_building(record, new, now=110.0)
+    assert building.active == g_old and building.generations[g_new].state == "building"
+    promoted = promote(building, g_new, now=120.0)
+    assert promoted.active == g_new
+    assert promoted.generations[g_old].state == "retained"
+    assert GenerationRecord.from_json(promoted.to_json()) == promoted
+    assert promoted.spec_of(g_new) == new
+
+    assert rollback_target(promoted, now=130.0, window_s=60) == g_old
+    with pytest.raises(InvalidInput, match="beyond the rollback window"):
+        rollback_target(promoted, now=500.0, window_s=60)
+    assert expired(promoted, now=500.0, window_s=60) == [g_old]
+    assert set(forget(promoted, [g_old]).generations) == {g_new}
+    with pytest.raises(InvalidInput, match="serves"):
+        forget(promoted, [g_new])
+    back = promote(promoted, g_old, now=140.0)
+    assert back.active == g_old and back.generations[g_new].state == "retained"
+
+
+def test_bad_transitions_are_refused_and_change_nothing() -> None:
+    record = first_generation(spec(), now=0.0)
+    with pytest.raises(InvalidInput, match="already serving"):
+        start_building(record, spec(embedder={"batchSize": 8}), now=1.0)
+    with pytest.raises(InvalidInput, match="nothing serves yet"):
+        start_building(GenerationRecord(), spec(), now=1.0)
+    with pytest.raises(InvalidInput, match="no generation is retained"):
+        rollback_target(record, now=1.0, window_s=60)
+    new = spec(dense={"shards": 3})
+    failed = fail(start_building(record, new, 1.0), index_generation(new), "self-check: x", 2.0)
+    assert failed.active == record.active
+    assert failed.generations[index_generation(new)].reason == "self-check: x"
+    with pytest.raises(InvalidInput, match="is not built"):
+        promote(failed, index_generation(new), now=3.0)

@@ -1,0 +1,99 @@
+"""The suite's runners on tiny inputs: the efSearch sweep, stage ratios, and the command's
+exit status when a section fails."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ragindex.app import gate_cli
+from ragindex.app.engine import LocalEngine
+from ragindex.config import DenseSpec, RagIndexSpec
+from ragindex.errors import InvalidInput
+from ragindex.evals import bench_suite as bs
+from ragindex.protocols import Embedder
+from ragindex.types import Document
+
+
+def test_ef_sweep_honours_ef_search_and_times_only_fresh_queries() -> None:
+    vectors, queries = bs.synthetic_vectors(3_000, 40, dim=32, seed=3)
+    dense = DenseSpec.model_validate({"shards": 1, "hnsw": {"m": 8, "efConstruction": 40}})
+    sweep = bs.ef_sweep(vectors, queries, dense, ef_values=(1, 4, 256))
+    recall = {p["ef_search"]: p["recall@10"] for p in sweep["points"]}
+    # efSearch below k is not raised to k: the ef 1 and ef 4 rows are different searches
+    assert recall[1] < recall[4] < recall[256]
+    assert recall[256] > 0.9 and sweep["exact"]["recall@10"] == 1.0
+    assert sweep["queries"] == 30 and sweep["warmup_queries"] == bs.WARMUP_QUERIES
+    assert all(p["samples"] == 30 for p in sweep["points"])
+    with pytest.raises(InvalidInput, match="warm-up"):
+        bs.ef_sweep(vectors, queries[: bs.WARMUP_QUERIES], dense, ef_values=(8,))
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory: pytest.TempPathFactory, minilm: Embedder) -> Iterator[LocalEngine]:
+    eng = LocalEngine.open(tmp_path_factory.mktemp("stages"), RagIndexSpec(), embedder=minilm)
+    words = [
+        "lift",
+        "drag",
+        "wing",
+        "shock",
+        "wave",
+        "boundary",
+        "layer",
+        "heat",
+        "flutter",
+        "panel",
+        "cone",
+        "shell",
+    ]
+    docs = [Document("s", str(i), "", " ".join(np.roll(words, i)[:6])) for i in range(12)]
+    eng.ingest.upsert("default", docs)
+    yield eng
+    eng.close()
+
+
+def test_stage_ratios_time_each_stage_against_its_floor(engine: LocalEngine) -> None:
+    seen: list[str] = []
+
+    def floor(query: str, vector: object, result: object) -> None:
+        seen.append(query)
+        time.sleep(0.001)  # a floor of a known size, so the rounding of its p50 is negligible
+
+    queries = [f"wing shock {i}" for i in range(8)]
+    out = bs.stage_ratios(engine.query, "default", queries, {"dense": floor}, repeats=2, warmup=3)
+    assert set(out) == {"dense"} and out["dense"]["samples"] == 2 * 5
+    assert out["dense"]["ratio"] == pytest.approx(
+        out["dense"]["stage_p50_ms"] / out["dense"]["floor_p50_ms"], rel=0.01
+    )
+    assert seen[:3] == queries[:3] and seen[3:8] == queries[3:]  # warm-up, then timed
+    with pytest.raises(InvalidInput, match="warm-up"):
+        bs.stage_ratios(engine.query, "default", queries[:3], {"dense": floor}, warmup=3)
+
+
+def test_suite_exits_1_when_a_section_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def broken(*_args: object) -> dict[str, object]:
+        raise RuntimeError("injected")
+
+    monkeypatch.setattr(gate_cli, "_query_path", broken)
+    monkeypatch.setattr(gate_cli, "resolve_collection", lambda _name: None)
+    out = tmp_path / "suite.json"
+    args = argparse.Namespace(
+        json=out, plots=tmp_path / "img", vectors=600, skip=["es", "serve"], threads=1
+    )
+    assert gate_cli.bench_suite_command(args) == 1
+    suite = json.loads(out.read_text())
+    assert suite["query_path"] == {"error": "RuntimeError: injected"}
+    assert suite["dense_curve"]["vectors"] == 600 and "points" in suite["dense_curve"]
+    assert suite["run"]["command"] == [
+        "ragindex", "bench", "suite", "--json", str(out), "--plots", str(tmp_path / "img"),
+        "--vectors", "600", "--threads", "1", "--skip", "es", "--skip", "serve",
+    ]  # fmt: skip
+    assert "SUITE FAILED" in capsys.readouterr().out

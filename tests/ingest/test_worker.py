@@ -1,0 +1,245 @@
+"""Ingest workers on the real file log: chunks produced and offsets committed exactly once."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from ragindex.config import ChunkingSpec
+from ragindex.errors import BackendUnavailable
+from ragindex.ingest.pipeline import chunk_for_embedder
+from ragindex.ingest.worker import (
+    INGEST_GROUP,
+    DataPlaneTopics,
+    IngestWorker,
+    owned_partitions,
+    read_all,
+)
+from ragindex.log import FileLog
+from ragindex.log.kafka_log import KafkaLog
+from ragindex.protocols import Embedder, Log
+from ragindex.records import chunk_header, doc_key, encode_document
+from ragindex.topics import partition_for_key
+from ragindex.types import Document
+
+TOPICS = DataPlaneTopics(docs="t.docs", chunks="t.chunks.g1", docs_partitions=3, shards=2)
+
+
+def open_log(path: Path) -> FileLog:
+    log = FileLog(path)
+    log.ensure_topic(TOPICS.docs, TOPICS.docs_partitions, compacted=True)
+    log.ensure_topic(TOPICS.chunks, TOPICS.shards, compacted=True)
+    return log
+
+
+def put(
+    log: Log,
+    tenant: str,
+    docs: Sequence[Document | tuple[str, str]],
+    topics: DataPlaneTopics = TOPICS,
+) -> None:
+    records = []
+    for d in docs:
+        if isinstance(d, Document):
+            key, value = doc_key(tenant, d.source, d.doc_id), encode_document(d)
+        else:
+            key, value = doc_key(tenant, *d), None
+        records.append((partition_for_key(key, topics.docs_partitions), key, value))
+    log.append(topics.docs, records)
+
+
+def doc(n: int, text: str = "") -> Document:
+    return Document("wiki", str(n), f"Doc {n}", text or f"Wing lift number {n}. " * 20)
+
+
+def chunk_records(log: Log, topics: DataPlaneTopics = TOPICS) -> list[tuple[bytes, bytes | None]]:
+    return [(r.key, r.value) for s in range(topics.shards) for r in read_all(log, topics.chunks, s)]
+
+
+def live_chunks(log: Log, topics: DataPlaneTopics = TOPICS) -> dict[bytes, bytes]:
+    state: dict[bytes, bytes | None] = {}
+    for key, value in chunk_records(log, topics):
+        state[key] = value
+    return {k: v for k, v in state.items() if v is not None}
+
+
+def test_owned_partitions_never_share_a_partition() -> None:
+    owned = [owned_partitions(r, 3, 8) for r in range(3)]
+    assert sorted(p for ps in owned for p in ps) == list(range(8))
+    assert owned_partitions(0, 1, 4) == [0, 1, 2, 3]
+    assert owned_partitions(3, 3, 8) == []  # an extra replica accepts writes, consumes nothing
+    with pytest.raises(ValueError, match="rank -1"):
+        owned_partitions(-1, 3, 8)
+
+
+def test_upsert_reingest_and_delete(tmp_path: Path, minilm: Embedder) -> None:
+    log = open_log(tmp_path / "log")
+    put(log, "acme", [doc(i) for i in range(4)])
+    worker = IngestWorker(log, TOPICS, minilm, ChunkingSpec(), range(3))
+    assert worker.poll() == 4 and worker.lag() == 0
+    first = live_chunks(log)
+    assert len(first) >= 4 and all(k.startswith(b"acme/wiki:") for k in first)
+
+    produced = len(chunk_records(log))
+    put(log, "acme", [doc(0), doc(1)])  # unchanged: nothing embedded, nothing produced
+    worker.poll()
+    assert len(chunk_records(log)) == produced and worker.lag() == 0
+
+    put(log, "acme", [("wiki", "2")])  # a delete: tombstones for the document's chunks
+    worker.poll()
+    assert not any(k.startswith(b"acme/wiki:2:") for k in live_chunks(log))
+    # a worker taking over rebuilds the same manifest from the chunks topic
+    assert IngestWorker(log, TOPICS, minilm, ChunkingSpec(), range(3)).manifest == worker.manifest
+
+
+class FailingCommit:
+    """Fault injection: the next append_and_commit fails as a lost broker would."""
+
+    def __init__(self, log: FileLog) -> None:
+        self.log = log
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.log, name)
+
+    def append_and_commit(self, *args: object, **kwargs: object) -> list[int]:
+        raise BackendUnavailable("log unavailable (injected)")
+
+
+def test_failed_commit_is_redone_exactly_once(tmp_path: Path, minilm: Embedder) -> None:
+    log = open_log(tmp_path / "log")
+    put(log, "acme", [doc(i) for i in range(3)])
+    broken = IngestWorker(FailingCommit(log), TOPICS, minilm, ChunkingSpec(), range(3))  # type: ignore[arg-type]
+    with pytest.raises(BackendUnavailable):
+        broken.poll()
+    assert chunk_records(log) == [] and broken.lag() == 3
+    IngestWorker(log, TOPICS, minilm, ChunkingSpec(), range(3)).poll()
+    counts = Counter(k for k, _ in chunk_records(log))
+    assert counts and set(counts.values()) == {1}
+
+
+_WORKER = """
+import sys
+from pathlib import Path
+import torch
+torch.set_num_threads(1)
+from ragindex.config import ChunkingSpec, RagIndexSpec
+from ragindex.ingest.worker import DataPlaneTopics, IngestWorker
+from ragindex.ingest.pipeline import chunk_for_embedder
+from ragindex.log import FileLog
+from ragindex.log.kafka_log import KafkaLog
+from ragindex.log.kafka_log import KafkaLog
+from ragindex.models.embedder import load_embedder
+kind, where, docs, chunks = sys.argv[1:5]
+log = FileLog(Path(where)) if kind == "file" else KafkaLog(where)
+topics = DataPlaneTopics(docs=docs, chunks=chunks, docs_partitions=3, shards=2)
+worker = IngestWorker(log, topics, load_embedder(RagIndexSpec().embedder), ChunkingSpec(), range(3))
+print("ready", flush=True)
+while True:
+    worker.poll(max_records=4)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["file", pytest.param("kafka", marks=pytest.mark.kafka)])
+def test_kill_9_mid_batch_then_restart(
+    kind: str, tmp_path: Path, minilm: Embedder, request: pytest.FixtureRequest
+) -> None:
+    """A worker killed -9 while it embeds and commits: after a restart every document's chunks
+    are there exactly once (one upsert record per chunk id, counts per tenant match)."""
+    name = f"kill{uuid.uuid4().hex[:8]}"  # the Kafka broker is shared by the session
+    topics = DataPlaneTopics(f"{name}.docs", f"{name}.chunks", docs_partitions=3, shards=2)
+    if kind == "file":
+        where = str(tmp_path / "log")
+
+        def open_any() -> Log:
+            return FileLog(Path(where))
+    else:
+        where = request.getfixturevalue("kafka_server").bootstrap
+
+        def open_any() -> Log:
+            return KafkaLog(where)
+
+    log = open_any()
+    log.ensure_topic(topics.docs, 3, compacted=True)
+    log.ensure_topic(topics.chunks, 2, compacted=True)
+    docs = {t: [doc(i, f"{t} passage {i}. " * 60) for i in range(12)] for t in ("acme", "beta")}
+    for tenant, batch in docs.items():
+        put(log, tenant, batch, topics)
+    log.close()  # the file log has one writer process: the worker's
+    log = open_any()  # this process only reads until the worker is dead
+    env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _WORKER, kind, where, topics.docs, topics.chunks],
+        stdout=subprocess.PIPE,
+        env=env,
+    )
+
+    def committed() -> int:
+        return sum(log.committed(INGEST_GROUP, topics.docs, p) for p in range(3))
+
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
+        deadline = time.monotonic() + 300
+        while committed() == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)  # kill once some, but not all, batches committed
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert 0 < committed() < 24
+
+    worker = IngestWorker(open_any(), topics, minilm, ChunkingSpec(), range(3))
+    while worker.poll():
+        pass
+    assert worker.lag() == 0
+    counts = Counter(k for k, _ in chunk_records(log, topics))
+    assert set(counts.values()) == {1}, "a chunk was produced twice"
+    for tenant, batch in docs.items():
+        want = {
+            f"{tenant}/{c.chunk_id}".encode()
+            for d in batch
+            for c in chunk_for_embedder(minilm, ChunkingSpec(), tenant, d)
+        }
+        got = {k for k in live_chunks(log, topics) if k.startswith(f"{tenant}/".encode())}
+        assert got == want
+
+
+def test_newer_updated_wins_and_acl_travels_with_every_chunk(
+    tmp_path: Path, minilm: Embedder
+) -> None:
+    log = open_log(tmp_path / "log")
+    worker = IngestWorker(log, TOPICS, minilm, ChunkingSpec(), range(3))
+    text = "Wing lift at high angle of attack. " * 10
+
+    def version(updated: str, acl: tuple[str, ...] | None, lang: str) -> Document:
+        return Document("wiki", "v", "V", text, updated, {"lang": lang}, acl)
+
+    put(log, "acme", [version("2024-05-02", ("group:eng",), "en")])
+    put(log, "acme", [version("2024-05-01", None, "de")])  # older, arrives later: ignored
+    while worker.poll():
+        pass
+    (header,) = [chunk_header(v) for v in live_chunks(log).values()]
+    assert (header.acl, header.metadata["lang"], header.updated) == (
+        ("group:eng",), "en", "2024-05-02",
+    )  # fmt: skip
+    put(log, "acme", [version("2024-05-03T00:00:00Z", ("user:ann",), "fr")])
+    while worker.poll():
+        pass
+    (header,) = [chunk_header(v) for v in live_chunks(log).values()]
+    assert (header.acl, header.metadata["lang"]) == (("user:ann",), "fr")  # a new ACL re-indexes
+    # a worker taking over knows the indexed version too
+    again = IngestWorker(log, TOPICS, minilm, ChunkingSpec(), range(3))
+    assert again.versions == worker.versions
+    put(log, "acme", [version("2024-05-02", None, "de")])
+    while again.poll():
+        pass
+    assert [chunk_header(v).acl for v in live_chunks(log).values()] == [("user:ann",)]
