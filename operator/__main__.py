@@ -10,13 +10,32 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import socket
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import kopf
 
 from ragindex.operator.handlers import OperatorOptions, register
 from ragindex.operator.render import RenderOptions
+
+
+def operator_identity() -> str:
+    """Who this replica is in kopf peering: host (the pod name) and pid. kopf's own default asks
+    the passwd database for the user, which a container running as an arbitrary uid (the chart's
+    65532, OpenShift's random ones) does not have: the operator crashed at start on real pods."""
+    return f"ragindex-operator@{socket.gethostname()}/{os.getpid()}"
+
+
+def peering_args(peering: str | None) -> dict[str, Any]:
+    """kopf.run's peering arguments. Standalone means no peering name at all: kopf makes a named
+    peering mandatory and pauses every watch until its CRD exists, so on a cluster without
+    kopf's peering CRDs (the chart adds them only for replicaCount > 1) the operator never
+    reconciled anything on real pods."""
+    if peering is None:
+        return {"standalone": True, "peering_name": None}
+    return {"standalone": False, "peering_name": peering}
 
 
 def run(
@@ -38,9 +57,9 @@ def run(
         registry=register(options),
         clusterwide=clusterwide,
         namespaces=list(namespaces),
-        standalone=peering is None,
-        peering_name=peering or "default",
+        **peering_args(peering),
         liveness_endpoint=liveness_endpoint,
+        identity=operator_identity(),  # type: ignore[arg-type]  # kopf's Identity is a NewType of str, not exported
     )
 
 
@@ -60,6 +79,15 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[OperatorOptions, argp
         help="namespace of KubeRay's operator (the one admitted to the Ray dashboard port);"
         " unset: its pods in any namespace",
     )
+    p.add_argument("--head-cpus", type=int, default=RenderOptions.head_cpus)
+    p.add_argument("--head-memory", default=RenderOptions.head_memory)
+    p.add_argument("--cpu-worker-cpus", type=int, default=RenderOptions.cpu_worker_cpus)
+    p.add_argument("--cpu-worker-memory", default=RenderOptions.cpu_worker_memory)
+    p.add_argument(
+        "--ray-cpu-request",
+        default=None,
+        help="CPU request of every Ray pod (default: its CPU count); overcommits small nodes",
+    )
     p.add_argument("--ray-dashboard", default="http://127.0.0.1:8265")
     p.add_argument("--serve-host", default="127.0.0.1")
     p.add_argument("--serve-port", type=int, default=8000)
@@ -76,6 +104,11 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[OperatorOptions, argp
         elasticsearch_version=args.elasticsearch_version,
         storage_class=args.storage_class,
         kuberay_namespace=args.kuberay_namespace,
+        head_cpus=args.head_cpus,
+        head_memory=args.head_memory,
+        cpu_worker_cpus=args.cpu_worker_cpus,
+        cpu_worker_memory=args.cpu_worker_memory,
+        ray_cpu_request=args.ray_cpu_request,
     )
     extra = {"local_data_root": args.local_data_root} if args.local_data_root else {}
     options = OperatorOptions(

@@ -100,6 +100,8 @@ class RenderOptions:
     image: str = "ragindex/ragindex:0.1.0"
     ray_version: str = "2.60.0"
     elasticsearch_version: str = "9.3.0"
+    head_cpus: int = 2
+    head_memory: str = "4Gi"
     cpu_worker_cpus: int = 4
     cpu_worker_memory: str = "8Gi"
     gpu_worker_cpus: int = 4
@@ -109,6 +111,9 @@ class RenderOptions:
     # Namespace of the KubeRay operator, the one caller admitted to the dashboard port besides
     # the cluster's own pods; None admits a KubeRay operator pod from any namespace.
     kuberay_namespace: str | None = None
+    # The CPU request of every Ray pod, when not its CPU count (which stays the limit, so Ray
+    # still sees that many CPUs): overcommits small dev/test nodes that cannot fit the counts.
+    ray_cpu_request: str | None = None
 
 
 @dataclass(frozen=True)
@@ -301,7 +306,11 @@ def _container(
     limits: dict[str, Any] = {"cpu": str(cpus), "memory": memory}
     if gpus:
         limits["nvidia.com/gpu"] = str(gpus)
-    requests = {"cpu": str(cpus), "memory": memory, "ephemeral-storage": scratch}
+    requests = {
+        "cpu": options.ray_cpu_request or str(cpus),
+        "memory": memory,
+        "ephemeral-storage": scratch,
+    }
     return {
         "name": name,
         "image": options.image,
@@ -428,7 +437,9 @@ def render_ray_service(
             },
         }
 
-    head = _container("ray-head", options, 2, "4Gi", env, mounts, scratch)
+    head = _container(
+        "ray-head", options, options.head_cpus, options.head_memory, env, mounts, scratch
+    )
     head["ports"] = [
         {"name": "gcs", "containerPort": 6379},
         {"name": "dashboard", "containerPort": 8265},

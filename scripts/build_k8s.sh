@@ -5,22 +5,31 @@
 #
 # Output: ${RAGINDEX_CACHE:-$HOME/.cache/ragindex}/k8s/<KUBE_VERSION>/bin/{etcd,kube-apiserver,
 #         kube-controller-manager,kubectl,helm}. Idempotent: a binary that exists is skipped.
+# --node adds what a real single-node cluster needs for the pods e2e (tests/pods): kube-scheduler,
+# kubelet, kube-proxy, CoreDNS and KubeRay's ray-operator (cold: ~25 min more on 2 cores).
 # Go module and build caches live under the same cache dir so CI can keep them between runs.
-# Usage: scripts/build_k8s.sh [--print-bin-dir]
+# Usage: scripts/build_k8s.sh [--node] [--print-bin-dir]
 set -euo pipefail
 
 KUBE_VERSION="${KUBE_VERSION:-v1.36.3}"
 STAGING_VERSION="${STAGING_VERSION:-v0.36.3}"
 ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
 HELM_VERSION="${HELM_VERSION:-v3.22.0}"
+COREDNS_VERSION="${COREDNS_VERSION:-v1.15.0}"
+# The version of the vendored ray.io CRDs (shared/third_party/crds).
+KUBERAY_VERSION="${KUBERAY_VERSION:-v1.7.0}"
 
 CACHE="${RAGINDEX_CACHE:-$HOME/.cache/ragindex}"
 ROOT="$CACHE/k8s/$KUBE_VERSION"
 BIN="$ROOT/bin"
-if [[ "${1:-}" == "--print-bin-dir" ]]; then
-  echo "$BIN"
-  exit 0
-fi
+NODE=0
+for arg in "$@"; do
+  case "$arg" in
+    --print-bin-dir) echo "$BIN"; exit 0 ;;
+    --node) NODE=1 ;;
+    *) echo "build_k8s.sh: unknown argument '$arg' (use --node, --print-bin-dir)" >&2; exit 2 ;;
+  esac
+done
 
 command -v go >/dev/null || { echo "build_k8s.sh: 'go' not found on PATH (Go >= 1.26 needed)" >&2; exit 2; }
 mkdir -p "$BIN" "$ROOT/src"
@@ -64,6 +73,9 @@ kube_wrapper() {
   go get -tool "k8s.io/kubernetes/cmd/kube-apiserver@$KUBE_VERSION"
   go get -tool "k8s.io/kubernetes/cmd/kube-controller-manager@$KUBE_VERSION"
   go get -tool "k8s.io/kubernetes/cmd/kubectl@$KUBE_VERSION"
+  go get -tool "k8s.io/kubernetes/cmd/kube-scheduler@$KUBE_VERSION"
+  go get -tool "k8s.io/kubernetes/cmd/kubelet@$KUBE_VERSION"
+  go get -tool "k8s.io/kubernetes/cmd/kube-proxy@$KUBE_VERSION"
   touch .ready
 }
 
@@ -113,11 +125,76 @@ helm_build() {
   mv "$gobin/helm" "$BIN/helm"
 }
 
+# CoreDNS with only the plugins a test cluster's Corefile uses (the full build pulls every cloud
+# SDK): a main that imports them instead of core/plugin's generated list of all plugins.
+coredns_build() {
+  # The plugin set is part of the name: a changed list builds a new binary.
+  if [[ -x "$BIN/coredns" && -f "$ROOT/src/coredns/.plugins-2" ]]; then log "coredns exists, skipped"; return; fi
+  local dir="$ROOT/src/coredns"
+  rm -rf "$dir" && mkdir -p "$dir" && cd "$dir"
+  go mod init ragindex.local/corednsbuild >/dev/null 2>&1
+  cat > main.go <<'GO'
+package main
+
+import (
+	_ "github.com/coredns/coredns/core/dnsserver"
+	"github.com/coredns/coredns/coremain"
+	_ "github.com/coredns/coredns/plugin/bind"
+	_ "github.com/coredns/coredns/plugin/cache"
+	_ "github.com/coredns/coredns/plugin/errors"
+	_ "github.com/coredns/coredns/plugin/forward"
+	_ "github.com/coredns/coredns/plugin/health"
+	_ "github.com/coredns/coredns/plugin/kubernetes"
+	_ "github.com/coredns/coredns/plugin/loop"
+	_ "github.com/coredns/coredns/plugin/ready"
+)
+
+func main() { coremain.Run() }
+GO
+  go get "github.com/coredns/coredns@$COREDNS_VERSION"
+  timed coredns go build -ldflags "-s -w" -o "$BIN/coredns.tmp" .
+  mv "$BIN/coredns.tmp" "$BIN/coredns"
+  touch .plugins-2
+}
+
+# KubeRay's operator. The Go module proxy answers 403 ("This module version is not available")
+# for ray-operator v1.7.0's zip (its .mod and .info are served), so a git checkout of the tag can
+# stand in: KUBERAY_SRC=<kuberay repo> (its ray-operator/ folder is built, deps still come from
+# the proxy).
+kuberay_build() {
+  if [[ -x "$BIN/ray-operator" ]]; then log "ray-operator exists, skipped"; return; fi
+  local dir="$ROOT/src/kuberay-$KUBERAY_VERSION"
+  if [[ ! -f "$dir/go.mod" ]]; then
+    rm -rf "$dir" && mkdir -p "$dir"
+    local zipdir
+    zipdir="$(go mod download -json "github.com/ray-project/kuberay/ray-operator@$KUBERAY_VERSION" \
+      | sed -n 's/.*"Dir": "\(.*\)".*/\1/p' || true)"
+    if [[ -n "$zipdir" && -f "$zipdir/go.mod" ]]; then
+      cp -r "$zipdir/." "$dir/" && chmod -R u+w "$dir"
+    elif [[ -n "${KUBERAY_SRC:-}" ]]; then
+      git -C "$KUBERAY_SRC" archive "ray-operator/$KUBERAY_VERSION" ray-operator | tar -x -C "$dir" --strip-components=1
+    else
+      echo "build_k8s.sh: the Go proxy has no ray-operator@$KUBERAY_VERSION zip; set KUBERAY_SRC to a kuberay git checkout" >&2
+      exit 1
+    fi
+  fi
+  cd "$dir"
+  timed ray-operator go build -ldflags "-s -w" -o "$BIN/ray-operator.tmp" .
+  mv "$BIN/ray-operator.tmp" "$BIN/ray-operator"
+}
+
 log "bin dir $BIN (kube $KUBE_VERSION, etcd $ETCD_VERSION, helm $HELM_VERSION)"
 etcd_build
 helm_build
 kube_build kube-apiserver
 kube_build kube-controller-manager
 kube_build kubectl
+if [[ "$NODE" == 1 ]]; then
+  kube_build kube-scheduler
+  kube_build kubelet
+  kube_build kube-proxy
+  coredns_build
+  kuberay_build
+fi
 log "done"
 ls -l "$BIN"

@@ -13,18 +13,22 @@ Binaries come from `scripts/build_k8s.sh` (CI runs it first); when missing, the 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
+import shlex
+import shutil
 import signal
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
@@ -223,8 +227,18 @@ def _wait_ready(cluster: KubeCluster, deadline: float) -> None:
     raise RuntimeError(f"kube-apiserver not ready in {START_TIMEOUT_S}s: {last}")
 
 
-def start_control_plane(workdir: Path) -> KubeCluster:
-    """Start etcd, kube-apiserver and kube-controller-manager; returns once /readyz is 200."""
+def start_control_plane(
+    workdir: Path,
+    *,
+    address: str = "127.0.0.1",
+    service_cidr: str = "10.0.0.0/24",
+    pods: bool = False,
+) -> KubeCluster:
+    """Start etcd, kube-apiserver and kube-controller-manager; returns once /readyz is 200.
+
+    `pods=True` is for a cluster with a kubelet (node.py): the API server on an `address` that
+    pods reach, service-account tokens mounted into pods, and every controller (Deployments,
+    endpoints, volume binding, ...)."""
     bins = ensure_binaries()
     token = secrets.token_hex(24)
     cert_dir = workdir / "certs"
@@ -234,7 +248,7 @@ def start_control_plane(workdir: Path) -> KubeCluster:
     tokens.write_text(f'{token},{ADMIN_USER},{uuid.uuid4()},"system:masters"\n')
     tokens.chmod(0o600)
     etcd_port, etcd_peer, api_port = free_port(), free_port(), free_port()
-    server = f"https://127.0.0.1:{api_port}"
+    server = f"https://{address}:{api_port}"
     cluster = KubeCluster(
         kubeconfig=workdir / "kubeconfig",
         server=server,
@@ -266,18 +280,24 @@ def start_control_plane(workdir: Path) -> KubeCluster:
         [
             str(bins / "kube-apiserver"),
             f"--etcd-servers={etcd_url}",
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
+            f"--bind-address={address}",
+            f"--advertise-address={address}",
             f"--secure-port={api_port}",
             f"--cert-dir={cert_dir}",
             f"--token-auth-file={tokens}",
             "--authorization-mode=RBAC",
-            "--service-cluster-ip-range=10.0.0.0/24",
+            f"--service-cluster-ip-range={service_cidr}",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-account-key-file={sa_pub}",
             f"--service-account-signing-key-file={sa_key}",
-            "--disable-admission-plugins=ServiceAccount",
             "--allow-privileged=true",
+            # Without a kubelet no pod mounts a token, so the admission plugin is only noise;
+            # with one, logs and exec reach it at the node's IP (its name resolves nowhere).
+            *(
+                ["--kubelet-preferred-address-types=InternalIP"]
+                if pods
+                else ["--disable-admission-plugins=ServiceAccount"]
+            ),
         ],
         workdir,
     )
@@ -292,9 +312,12 @@ def start_control_plane(workdir: Path) -> KubeCluster:
                 "--leader-elect=false",
                 "--secure-port=0",
                 # Garbage collection of owned objects and namespace deletion are what the
-                # tests need; workload controllers would only create pods nobody runs.
-                "--controllers=garbage-collector-controller,namespace-controller",
+                # API-only tests need; workload controllers would only create pods nobody runs.
+                "--controllers="
+                + ("*" if pods else "garbage-collector-controller,namespace-controller"),
                 f"--service-account-private-key-file={sa_key}",
+                # Published to every namespace as kube-root-ca.crt, which pods' tokens carry.
+                f"--root-ca-file={cluster.ca_file}",
             ],
             workdir,
         )
@@ -310,10 +333,11 @@ def stop_control_plane(cluster: KubeCluster) -> None:
             _stop(cluster.processes[name])
 
 
-def install_crds(cluster: KubeCluster) -> None:
+def install_crds(cluster: KubeCluster, *, ours: bool = True) -> None:
     """Install the vendored third-party CRDs and ours server-side (they are too big for
-    client-side apply's annotation), then wait until they are established."""
-    files = [*sorted(THIRD_PARTY_CRDS.glob("*.yaml")), RAGINDEX_CRD]
+    client-side apply's annotation), then wait until they are established. `ours=False` leaves
+    the RagIndex CRD to the chart."""
+    files = [*sorted(THIRD_PARTY_CRDS.glob("*.yaml")), *([RAGINDEX_CRD] if ours else [])]
     args = [a for f in files for a in ("-f", str(f))]
     cluster.kubectl("apply", "--server-side", "--field-manager=ragindex-tests", *args)
     cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", *args, timeout=90)
@@ -343,3 +367,419 @@ def kube_namespace(kube_cluster: KubeCluster) -> Iterator[str]:
     kube_cluster.kubectl("create", "namespace", name)
     yield name
     kube_cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """`pods` tests run only when asked for by name (`-m pods`): they need root, a prepared
+    machine (scripts/setup_pods.sh) and tens of minutes."""
+    if "pods" in (config.getoption("markexpr") or ""):
+        return
+    pods = [item for item in items if item.get_closest_marker("pods")]
+    if pods:
+        config.hook.pytest_deselected(items=pods)
+        items[:] = [item for item in items if not item.get_closest_marker("pods")]
+
+
+# --- A real node: kubelet, containerd, CNI, kube-proxy, CoreDNS, KubeRay (marker `pods`) ---------
+# `scripts/setup_pods.sh` installs the Debian packages (containerd, runc, CNI plugins, iptables),
+# builds the node binaries (`build_k8s.sh --node`) and the images (`build_images.sh`). Needs root.
+# Addresses live on a link of our own: pods reach the API server there, nothing outside
+# the VM does. Ports are free ones, except DNS (53) on that address, which kubelet requires.
+NODE_NAME = "ragindex-node"
+NODE_LINK = "ragindex-node"
+NODE_IP = "10.213.0.1"
+POD_CIDR = "10.214.0.0/24"
+SERVICE_CIDR = "10.215.0.0/24"
+POD_BRIDGE = "ragindex-br0"
+NODE_BINARIES = ("kube-scheduler", "kubelet", "kube-proxy", "coredns", "ray-operator")
+CONTAINERD_STATE = Path("/run/ragindex-containerd")
+CONTAINERD_SOCKET = CONTAINERD_STATE / "containerd.sock"
+CACHE = Path(os.environ.get("RAGINDEX_CACHE") or Path.home() / ".cache" / "ragindex")
+SANDBOX_IMAGE = "docker.io/ragindex/base:bookworm"
+KUBERAY_MANIFEST = Path(__file__).parent / "manifests" / "kuberay.yaml"
+NODE_READY_TIMEOUT_S = 180.0
+
+
+def _images_dir() -> Path:
+    out = subprocess.run(
+        ["bash", str(REPO / "scripts" / "build_images.sh"), "--print-dir"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return Path(out.stdout.strip())
+
+
+def _sh(*argv: str, check: bool = True, timeout: float = 600.0) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=False)
+    if check and proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} exited {proc.returncode}: {proc.stderr[-2000:]}")
+    return proc
+
+
+def node_prerequisites() -> list[str]:
+    """What is missing for a node on this machine (empty: a node can start)."""
+    bins = bin_dir()
+    missing = [str(bins / b) for b in NODE_BINARIES if not (bins / b).is_file()]
+    missing += [
+        tool
+        for tool in ("containerd", "ctr", "runc", "iptables", "/usr/lib/cni/bridge")
+        if not shutil.which(tool) and not Path(tool).exists()
+    ]
+    images = _images_dir()
+    missing += [
+        str(images / f"{n}.tar")
+        for n in ("ragindex-base", "ragindex-operator", "ragindex-ray", "ragindex-kuberay")
+        if not (images / f"{n}.tar").is_file()
+    ]
+    if os.geteuid() != 0:
+        missing.append("root")
+    return missing
+
+
+def _node_link_up() -> None:
+    if _sh("ip", "link", "show", NODE_LINK, check=False).returncode != 0:
+        # A bridge without ports stands in for a dummy link (no dummy module on some kernels).
+        _sh("ip", "link", "add", NODE_LINK, "type", "bridge")
+    _sh("ip", "addr", "replace", f"{NODE_IP}/32", "dev", NODE_LINK)
+    _sh("ip", "link", "set", NODE_LINK, "up")
+
+
+def _write_containerd_config(workdir: Path) -> Path:
+    cni_dir = workdir / "cni"
+    cni_dir.mkdir()
+    (cni_dir / "10-ragindex.conflist").write_text(
+        json.dumps(
+            {
+                "cniVersion": "0.4.0",
+                "name": "ragindex",
+                "plugins": [
+                    {
+                        "type": "bridge",
+                        "bridge": POD_BRIDGE,
+                        "isGateway": True,
+                        "ipMasq": True,
+                        "hairpinMode": True,
+                        "ipam": {
+                            "type": "host-local",
+                            "ranges": [[{"subnet": POD_CIDR}]],
+                            "routes": [{"dst": "0.0.0.0/0"}],
+                            "dataDir": str(workdir / "ipam"),
+                        },
+                    },
+                    {"type": "portmap", "capabilities": {"portMappings": True}},
+                ],
+            }
+        )
+    )
+    config = workdir / "containerd.toml"
+    cri = '[plugins."io.containerd.grpc.v1.cri"'
+    config.write_text(
+        f"""version = 2
+root = "{CACHE / "containerd" / "root"}"
+state = "{CONTAINERD_STATE}"
+[grpc]
+  address = "{CONTAINERD_SOCKET}"
+{cri}]
+  sandbox_image = "{SANDBOX_IMAGE}"
+  # Some VMs drop CAP_SYS_RESOURCE from every process, so no one may lower oom_score_adj (the
+  # kubelet asks -998 for sandboxes): clamp it at containerd's own instead of failing runc.
+  restrict_oom_score_adj = true
+{cri}.containerd]
+  snapshotter = "overlayfs"
+  default_runtime_name = "runc"
+{cri}.containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+{cri}.containerd.runtimes.runc.options]
+  SystemdCgroup = false
+{cri}.cni]
+  bin_dir = "/usr/lib/cni"
+  conf_dir = "{cni_dir}"
+"""
+    )
+    return config
+
+
+def _ctr(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    argv = ("ctr", "--address", str(CONTAINERD_SOCKET), "-n", "k8s.io", *args)
+    return _sh(*argv, check=check, timeout=900.0)
+
+
+def _import_images() -> None:
+    """Import the built images into containerd once per build (keys mark what is in)."""
+    images = _images_dir()
+    imported = CACHE / "containerd" / "imported"
+    imported.mkdir(parents=True, exist_ok=True)
+    present = set(_ctr("images", "ls", "-q").stdout.split())
+    for tar in sorted(images.glob("*.tar")):
+        key = (images / f"{tar.stem}.key").read_text().strip()
+        mark = imported / tar.stem
+        ref = "docker.io/" + tar.stem.replace("-", "/", 1)
+        if mark.exists() and mark.read_text() == key and any(p.startswith(ref) for p in present):
+            continue
+        _ctr("images", "import", str(tar))
+        mark.write_text(key)
+
+
+def _kubelet_config(workdir: Path, port: int) -> Path:
+    path = workdir / "kubelet.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kubelet.config.k8s.io/v1beta1",
+                "kind": "KubeletConfiguration",
+                # The host mounts cgroup v1 controllers; kubelet refuses v1 unless told.
+                "failCgroupV1": False,
+                "cgroupDriver": "cgroupfs",
+                "containerRuntimeEndpoint": f"unix://{CONTAINERD_SOCKET}",
+                "address": NODE_IP,
+                "port": port,
+                "readOnlyPort": 0,
+                "healthzPort": 0,
+                "authentication": {
+                    "anonymous": {"enabled": True},
+                    "webhook": {"enabled": False},
+                },
+                "authorization": {"mode": "AlwaysAllow"},
+                "clusterDNS": [NODE_IP],
+                "clusterDomain": "cluster.local",
+                "resolvConf": "/etc/resolv.conf",
+                "failSwapOn": False,
+                # Our images exist nowhere else: never garbage-collect them.
+                "imageGCHighThresholdPercent": 100,
+                "imageGCLowThresholdPercent": 99,
+                "evictionHard": {
+                    "memory.available": "100Mi",
+                    "nodefs.available": "1%",
+                    "imagefs.available": "1%",
+                },
+                "serializeImagePulls": False,
+            }
+        )
+    )
+    return path
+
+
+def _corefile(workdir: Path, kubeconfig: Path) -> Path:
+    path = workdir / "Corefile"
+    path.write_text(
+        f""".:53 {{
+    bind {NODE_IP}
+    errors
+    health 127.0.0.1:{free_port()}
+    ready 127.0.0.1:{free_port()}
+    kubernetes cluster.local in-addr.arpa ip6.arpa {{
+        kubeconfig {kubeconfig}
+        pods insecure
+        fallthrough in-addr.arpa ip6.arpa
+    }}
+    forward . /etc/resolv.conf
+    cache 10
+    loop
+}}
+"""
+    )
+    return path
+
+
+def _wait_for(what: str, check: Callable[[], bool], timeout: float, cluster: KubeCluster) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for name, proc in cluster.processes.items():
+            if proc.poll() is not None:
+                raise RuntimeError(
+                    f"{name} exited with {proc.returncode}:\n{_log_tail(cluster.workdir, name)}"
+                )
+        if check():
+            return
+        time.sleep(1.0)
+    raise RuntimeError(f"{what} not within {timeout:.0f}s")
+
+
+def start_node(workdir: Path) -> KubeCluster:
+    """A single-node cluster whose pods really run: control plane, kube-scheduler, containerd,
+    kubelet, kube-proxy and CoreDNS on this machine, with our images imported and KubeRay's
+    operator running as a pod."""
+    _node_link_up()
+    cluster = start_control_plane(workdir, address=NODE_IP, service_cidr=SERVICE_CIDR, pods=True)
+    try:
+        bins = cluster.bin_dir
+        kubeconfig = str(cluster.kubeconfig)
+        cluster.processes["kube-scheduler"] = _start(
+            "kube-scheduler",
+            [
+                str(bins / "kube-scheduler"),
+                f"--kubeconfig={kubeconfig}",
+                "--leader-elect=false",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={free_port()}",
+            ],
+            workdir,
+        )
+        CONTAINERD_STATE.mkdir(parents=True, exist_ok=True)
+        cluster.processes["containerd"] = _start(
+            "containerd",
+            ["containerd", "--config", str(_write_containerd_config(workdir))],
+            workdir,
+        )
+        _wait_for(
+            "containerd",
+            lambda: (
+                _sh("ctr", "--address", str(CONTAINERD_SOCKET), "version", check=False).returncode
+                == 0
+            ),
+            60,
+            cluster,
+        )
+        _import_images()
+        cluster.processes["kubelet"] = _start(
+            "kubelet",
+            [
+                str(bins / "kubelet"),
+                f"--config={_kubelet_config(workdir, free_port())}",
+                f"--kubeconfig={kubeconfig}",
+                f"--root-dir={workdir / 'kubelet'}",
+                f"--cert-dir={workdir / 'kubelet-pki'}",
+                f"--hostname-override={NODE_NAME}",
+                f"--node-ip={NODE_IP}",
+            ],
+            workdir,
+        )
+        cluster.processes["kube-proxy"] = _start(
+            "kube-proxy",
+            [
+                str(bins / "kube-proxy"),
+                f"--kubeconfig={kubeconfig}",
+                f"--hostname-override={NODE_NAME}",
+                f"--cluster-cidr={POD_CIDR}",
+                "--proxy-mode=iptables",
+                f"--metrics-bind-address=127.0.0.1:{free_port()}",
+                f"--healthz-bind-address=127.0.0.1:{free_port()}",
+                "--conntrack-max-per-core=0",
+            ],
+            workdir,
+        )
+        cluster.processes["coredns"] = _start(
+            "coredns",
+            [str(bins / "coredns"), "-conf", str(_corefile(workdir, cluster.kubeconfig))],
+            workdir,
+        )
+        _wait_for(
+            f"node {NODE_NAME} Ready",
+            lambda: (
+                cluster.kubectl(
+                    "get",
+                    "node",
+                    NODE_NAME,
+                    "-o",
+                    "jsonpath={.status.conditions[?(@.type=='Ready')].status}",
+                    check=False,
+                ).stdout
+                == "True"
+            ),
+            NODE_READY_TIMEOUT_S,
+            cluster,
+        )
+        install_crds(cluster, ours=False)  # the chart installs ours
+        # KubeRay's operator also watches the kinds we do not vendor (RayJob, RayCronJob) and
+        # exits when their CRDs are missing: those come from its own source.
+        vendored = {p.name for p in THIRD_PARTY_CRDS.glob("*.yaml")}
+        kuberay_src = sorted(bins.parent.glob("src/kuberay-*/config/crd/bases"))[-1]
+        extra = [p for p in sorted(kuberay_src.glob("ray.io_*.yaml")) if p.name not in vendored]
+        args = [a for p in extra for a in ("-f", str(p))]
+        cluster.kubectl("apply", "--server-side", "--field-manager=ragindex-tests", *args)
+        cluster.kubectl("apply", "--server-side", "-f", str(KUBERAY_MANIFEST))
+        cluster.kubectl(
+            "-n",
+            "kuberay",
+            "rollout",
+            "status",
+            "deployment/kuberay-operator",
+            "--timeout=300s",
+            timeout=330,
+        )
+    except BaseException:
+        stop_node(cluster)
+        raise
+    return cluster
+
+
+def _delete_pods(cluster: KubeCluster) -> None:
+    """Let the kubelet stop every pod (volumes unmounted, sandboxes torn down by CNI)."""
+    cluster.kubectl(
+        "delete", "deployments,replicasets,pods", "--all", "-A", "--wait=false", check=False
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        left = cluster.kubectl("get", "pods", "-A", "-o", "name", check=False)
+        if left.returncode != 0 or not left.stdout.strip():
+            return
+        time.sleep(2)
+
+
+def stop_node(cluster: KubeCluster) -> None:
+    """Stop the node and undo what it did to the host: containers, mounts, links, iptables."""
+    if "kubelet" in cluster.processes and cluster.processes["kubelet"].poll() is None:
+        with contextlib.suppress(Exception):
+            _delete_pods(cluster)
+    for name in ("coredns", "kube-proxy", "kubelet", "kube-scheduler"):
+        if name in cluster.processes:
+            _stop(cluster.processes[name])
+    if "containerd" in cluster.processes and cluster.processes["containerd"].poll() is None:
+        # Whatever the kubelet left running (a failed start): kill and remove the tasks.
+        with contextlib.suppress(Exception):
+            for cid in _ctr("containers", "ls", "-q").stdout.split():
+                _ctr("tasks", "rm", "-f", cid, check=False)
+                _ctr("containers", "rm", cid, check=False)
+        _stop(cluster.processes["containerd"])
+    stop_control_plane(cluster)
+    # Mounts the kubelet and containerd made under our directories (secrets, netns, rootfs).
+    with open("/proc/self/mounts") as fh:
+        mounts = [line.split()[1] for line in fh]
+    ours = (
+        str(cluster.workdir),
+        str(CONTAINERD_STATE),
+        str(CACHE / "containerd"),
+        "/run/netns/cni-",
+    )
+    for mount in reversed(mounts):
+        if mount.startswith(ours):
+            subprocess.run(["umount", "-l", mount], capture_output=True, check=False)
+    bins = cluster.bin_dir
+    subprocess.run([str(bins / "kube-proxy"), "--cleanup"], capture_output=True, check=False)
+    _remove_kube_iptables()
+    for link in (POD_BRIDGE, NODE_LINK):
+        subprocess.run(["ip", "link", "del", link], capture_output=True, check=False)
+
+
+def _remove_kube_iptables() -> None:
+    """The KUBE-* chains the kubelet adds (kube-proxy --cleanup leaves them), and jumps to them."""
+    for table in ("filter", "nat", "mangle"):
+        rules = _sh("iptables", "-t", table, "-S", check=False).stdout.splitlines()
+        for rule in rules:
+            if rule.startswith("-A ") and " -j KUBE-" in rule and not rule.startswith("-A KUBE-"):
+                _sh("iptables", "-t", table, "-D", *shlex.split(rule[3:]), check=False)
+        chains = [r.split()[1] for r in rules if r.startswith("-N KUBE-")]
+        for flag in ("-F", "-X"):
+            for chain in chains:
+                _sh("iptables", "-t", table, flag, chain, check=False)
+
+
+@pytest.fixture(scope="session")
+def kube_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeCluster]:
+    """A single-node cluster with a real kubelet (marker `pods`); skips nothing: a missing
+    prerequisite fails with what to run."""
+    missing = node_prerequisites()
+    if missing:
+        pytest.fail(f"a node needs {missing}: run scripts/setup_pods.sh (as root)")
+    cluster = start_node(tmp_path_factory.mktemp("node"))
+    previous = os.environ.get("KUBECONFIG")
+    os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
+    try:
+        yield cluster
+    finally:
+        if previous is None:
+            os.environ.pop("KUBECONFIG", None)
+        else:
+            os.environ["KUBECONFIG"] = previous
+        stop_node(cluster)

@@ -441,3 +441,26 @@ def test_prune_keeps_desired_and_serving_generations_only() -> None:
         "idx-es",
         f"idx-{new_gen}-data",
     }
+
+
+def test_pod_sizes_follow_the_options_and_a_cpu_request_overcommits_small_nodes() -> None:
+    # Found on a real 2-core kubelet: a 2-CPU head and 4-CPU workers never schedule there.
+    options = RenderOptions(
+        head_cpus=1,
+        head_memory="2Gi",
+        cpu_worker_cpus=8,
+        cpu_worker_memory="6Gi",
+        ray_cpu_request="100m",
+    )
+    ray = one(render("idx", "ns", spec_of(), options=options), "RayService")
+    cluster = ray["spec"]["rayClusterConfig"]
+    head = cluster["headGroupSpec"]["template"]["spec"]["containers"][0]["resources"]
+    worker = cluster["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]["resources"]
+    assert (head["requests"]["cpu"], head["requests"]["memory"]) == ("100m", "2Gi")
+    assert (head["limits"]["cpu"], head["limits"]["memory"]) == ("1", "2Gi")
+    # The limit stays the CPU count: KubeRay gives Ray that many logical CPUs from it.
+    assert (worker["requests"]["cpu"], worker["requests"]["memory"]) == ("100m", "6Gi")
+    assert (worker["limits"]["cpu"], worker["limits"]["memory"]) == ("8", "6Gi")
+    default = one(render("idx", "ns", spec_of()), "RayService")["spec"]["rayClusterConfig"]
+    head_default = default["headGroupSpec"]["template"]["spec"]["containers"][0]["resources"]
+    assert (head_default["requests"]["cpu"], head_default["requests"]["memory"]) == ("2", "4Gi")

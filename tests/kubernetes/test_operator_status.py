@@ -261,5 +261,33 @@ def test_cli_flags() -> None:
         2.0,
         True,
     )
+    options, _ = parse_args(
+        ["-A", "--head-cpus", "1", "--cpu-worker-cpus", "8", "--ray-cpu-request", "100m"]
+    )
+    assert (options.render.head_cpus, options.render.cpu_worker_cpus) == (1, 8)
+    assert options.render.ray_cpu_request == "100m"
     with pytest.raises(SystemExit):
         parse_args([])  # a scope is required
+
+
+def test_identity_needs_no_passwd_entry(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Found on a real pod: uid 65532 has no passwd entry, and kopf's default identity
+    # (getpass.getuser) raised KeyError before the operator started.
+    import getpass
+
+    from ragindex.operator.__main__ import operator_identity
+
+    def no_user() -> str:
+        raise KeyError("getpwuid(): uid not found: 65532")
+
+    monkeypatch.setattr(getpass, "getuser", no_user)
+    assert operator_identity().startswith("ragindex-operator@")
+
+
+def test_standalone_names_no_peering() -> None:
+    # Found on real pods: with a peering name kopf treats peering as mandatory and pauses every
+    # watch ("peering CRD is missing") even when standalone, so nothing was ever reconciled.
+    from ragindex.operator.__main__ import peering_args
+
+    assert peering_args(None) == {"standalone": True, "peering_name": None}
+    assert peering_args("ragindex") == {"standalone": False, "peering_name": "ragindex"}
