@@ -10,10 +10,20 @@ $RAGINDEX_SHARED_DIR, else ../shared next to the checkout).
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+
+from ragindex.app.serve_cli import ray_environment
+
+# Every Ray in the session runs as `ragindex serve` runs it: token authentication on, the token in
+# a data directory made for the session. Set before any test module imports Ray, which fixes
+# the driver's auth mode for the whole process (a later change would split driver and GCS).
+os.environ.setdefault("RAY_raylet_start_wait_time_s", "180")  # 2 shared cores start Ray slowly
+os.environ.pop("RAY_AUTH_TOKEN", None)
+os.environ.update(ray_environment(Path(tempfile.mkdtemp(prefix="ragindex-ray-auth-"))))
 
 from ragindex.app.loading import cranfield_dir as find_cranfield
 from ragindex.config import RagIndexSpec

@@ -25,7 +25,7 @@ from ragindex.generations import index_generation
 from ragindex.lexical.es_server import free_port
 from ragindex.operator.apply import RagIndex
 from ragindex.operator.handlers import OperatorOptions, register
-from ragindex.operator.local_runtime import app_name
+from ragindex.operator.local_runtime import app_name, ray_auth_token
 
 pytestmark = [pytest.mark.kubernetes, pytest.mark.serve, pytest.mark.slow]
 
@@ -34,9 +34,14 @@ for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-os.environ["RAY_AUTH_MODE"] = "disabled"
 
 READY_S = 240.0
+
+
+def dashboard_auth() -> dict[str, str]:
+    """The header Ray's dashboard wants when the session runs Ray with token auth."""
+    token = ray_auth_token(os.environ)
+    return {"Authorization": f"Bearer {token}"} if token else {}
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +64,12 @@ def ray_dashboard() -> Iterator[str]:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:
-                if httpx.get(f"{url}/api/serve/applications/", timeout=5).status_code == 200:
+                if (
+                    httpx.get(
+                        f"{url}/api/serve/applications/", headers=dashboard_auth(), timeout=5
+                    ).status_code
+                    == 200
+                ):
                     break
             except httpx.TransportError:
                 pass
@@ -163,7 +173,9 @@ def test_local_runtime_serves_searches_and_cleans_up(
         deadline = time.monotonic() + 60
         apps: dict[str, Any] = {app_name(ns, name): "?"}
         while app_name(ns, name) in apps and time.monotonic() < deadline:
-            answer = httpx.get(f"{ray_dashboard}/api/serve/applications/", timeout=30).json()
+            answer = httpx.get(
+                f"{ray_dashboard}/api/serve/applications/", headers=dashboard_auth(), timeout=30
+            ).json()
             apps = answer.get("applications") or {}
             time.sleep(0.5)
         assert app_name(ns, name) not in apps, f"Serve app still there: {apps}"

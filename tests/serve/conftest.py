@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -12,7 +11,6 @@ from pathlib import Path
 import httpx
 import pytest
 
-from ragindex.app.serve_cli import ray_environment
 from ragindex.config import RagIndexSpec
 from ragindex.lexical.es_server import free_port
 from ragindex.serve_config import render_serve_config
@@ -21,11 +19,6 @@ for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-# Ray in these tests runs as `ragindex serve` runs it: token authentication on, the token in
-# a data directory (here one for the session, made before Ray is imported).
-os.environ.setdefault("RAY_raylet_start_wait_time_s", "180")  # 2 shared cores start Ray slowly
-os.environ.pop("RAY_AUTH_TOKEN", None)
-os.environ.update(ray_environment(Path(tempfile.mkdtemp(prefix="ragindex-ray-auth-"))))
 
 
 @dataclass

@@ -104,6 +104,7 @@ def test_the_api_serves_with_ray_auth_on(running: Running, tmp_path: Path) -> No
     headers = {"Authorization": f"Bearer {token}"}
     with httpx.Client(base_url=running.url, headers=headers, timeout=60) as client:
         doc = {"source": "s", "doc_id": "1", "text": "Lift grows with the angle of attack."}
-        assert client.post("/v1/documents", json={"documents": [doc]}).status_code == 202
+        written = client.post("/v1/documents", json={"documents": [doc]}, params={"wait": "true"})
+        assert written.status_code == 202 and written.json()["applied"], written.text
         hits = client.post("/v1/search", json={"query": "angle of attack", "k": 1}).json()["hits"]
         assert hits and hits[0]["doc_id"] == "1"
