@@ -103,10 +103,6 @@ def p99_ms(samples: list[float]) -> float:
     return float(np.percentile(np.asarray(samples) * 1000, 99))
 
 
-@pytest.mark.xfail(
-    reason="needs the Router to serve search apart from answers (issue #14 item 4, first half)",
-    strict=False,
-)
 def test_slow_answers_of_one_tenant_leave_another_tenants_search_p99_within_2x(
     app_url: tuple[str, Path],
 ) -> None:
