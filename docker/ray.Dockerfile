@@ -38,5 +38,5 @@ COPY --chown=ray:users operator/ operator/
 # folder (the core only, no ragindex.app mapping) would shadow the installed package.
 RUN pip install --no-cache-dir --disable-pip-version-check --no-deps . \
     && cd /home/ray && rm -rf /home/ray/src \
-    && python -c "import ragindex.app.serve_app, ragindex.operator"
+    && python -c "import ragindex.app.serve, ragindex.operator"
 WORKDIR /home/ray

@@ -72,7 +72,7 @@ def app_url(
     import ray
     from ray import serve
 
-    from ragindex.app.serve_app import build_app
+    from ragindex.app.serve import build_app
     from ragindex.app.serve_cli import app_args
     from ragindex.config import RagIndexSpec
 
