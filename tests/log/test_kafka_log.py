@@ -129,6 +129,53 @@ def test_broker_down_is_unavailable_quickly_and_writes_resume(kafka_server: Kafk
     log.close()
 
 
+@pytest.mark.xfail(
+    run=False,  # it hangs: send_offsets_to_transaction ignores its timeout (issue 11)
+    reason="known: after the broker returns, the worker's first send_offsets_to_transaction"
+    " blocks past its 3 s timeout (seen > 100 s); under investigation",
+)
+def test_a_worker_transaction_fails_in_bound_and_resumes_after_the_broker_returns(
+    kafka_server: KafkaServer,
+) -> None:
+    """The ingest worker's loop through an outage: its read-process-write transaction fails
+    within a bound while the broker is down, and once it is back the same transactional id
+    commits again promptly, `committed` answers, and nothing acknowledged is lost."""
+    log = _kafka_log(kafka_server, timeout_s=3.0)
+    log.ensure_topic("rpw.in", 1, compacted=False)
+    log.ensure_topic("rpw.out", 1, compacted=False)
+    log.append("rpw.in", [(0, b"d1", b"1"), (0, b"d2", b"2")])
+    log.append_and_commit("rpw.out", [(0, b"c1", b"1")], group="w", consumed={("rpw.in", 0): 1})
+    kafka_server.stop_broker()
+    try:
+        for _ in range(2):  # a worker retries; every try is bounded
+            started = time.monotonic()
+            with pytest.raises(BackendUnavailable, match="Kafka"):
+                log.append_and_commit(
+                    "rpw.out", [(0, b"lost", b"x")], group="w", consumed={("rpw.in", 0): 2}
+                )
+            assert time.monotonic() - started < 30
+    finally:
+        kafka_server.start_broker()
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            started = time.monotonic()
+            log.append_and_commit(
+                "rpw.out", [(0, b"c2", b"2")], group="w", consumed={("rpw.in", 0): 2}
+            )
+            break
+        except BackendUnavailable:
+            assert time.monotonic() - started < 30
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1)
+    started = time.monotonic()
+    assert log.committed("w", "rpw.in", 0) == 2
+    assert time.monotonic() - started < 10
+    assert [r.key for r in read_all(log, "rpw.out", 0)] == [b"c1", b"c2"]
+    log.close()
+
+
 def test_an_open_transaction_is_invisible_to_readers(kafka_server: KafkaServer) -> None:
     """read_committed: end_offset is the last stable offset, and records of a transaction
     that is still open, then aborted, are never returned."""
