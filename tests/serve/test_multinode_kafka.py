@@ -186,8 +186,9 @@ def test_shard_replicas_on_both_nodes_serve_what_was_ingested(multinode: MultiNo
 
 @pytest.mark.xfail(
     reason="not yet: after the second node is removed, searches hang up to the client's"
-    " timeout instead of re-routing within the bound; under investigation",
-    strict=False,
+    " timeout instead of re-routing within the bound; under investigation (not run: it only"
+    " spends minutes of CI reaching that timeout)",
+    run=False,
 )
 def test_node_removed_under_query_load_then_a_new_replica_bootstraps(
     multinode: MultiNode, tmp_path: Path
@@ -285,8 +286,9 @@ def test_kafka_down_refuses_writes_and_keeps_searching(multinode: MultiNode) -> 
 
 @pytest.mark.xfail(
     reason="known: after the broker restarts, the ingest worker's next Kafka transaction"
-    " stalls for minutes (KafkaLog.committed waits behind it); under investigation",
-    strict=False,
+    " hangs in send_offsets_to_transaction holding the writer lock (KafkaLog.committed waits"
+    " behind it; reproduced at the log level in tests/log/test_kafka_log.py); not run: it hangs",
+    run=False,
 )
 def test_writes_resume_after_the_broker_returns(multinode: MultiNode) -> None:
     with multinode.client() as client:
