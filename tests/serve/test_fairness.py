@@ -9,7 +9,6 @@ call (the fault injected). The test prints idle and busy p99 of the other tenant
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ import httpx
 import numpy as np
 import pytest
 
+from ragindex.lexical.es_server import free_port
 from ragindex.router.auth import create_token
 
 pytestmark = [pytest.mark.serve, pytest.mark.slow]
@@ -46,12 +46,6 @@ class SlowChat(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         return
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")

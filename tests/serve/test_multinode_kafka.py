@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import time
 import uuid
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ import httpx
 import pytest
 
 from ragindex.config import RagIndexSpec
+from ragindex.lexical.es_server import free_port
 from ragindex.router.auth import TOKENS_FILE, create_token
 from ragindex.serve_config import AUTH_DIR_ENV, KAFKA_BOOTSTRAP_ENV, render_serve_config
 
@@ -128,12 +128,6 @@ def start_cluster(envs: list[dict[str, str]], attempts: int = 3) -> Any:
             if attempt == attempts - 1:
                 raise
     raise AssertionError("unreachable")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_ready(app: MultiNode, timeout_s: float = 600.0) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import stat
 import subprocess
 import sys
@@ -20,18 +19,13 @@ import httpx
 import pytest
 
 from ragindex.app.serve_cli import RAY_TOKEN_FILE, ensure_ray_token
+from ragindex.lexical.es_server import free_port
 
 RAGINDEX = Path(sys.executable).parent / "ragindex"
 READY_TIMEOUT_S = 300.0
 JOB = {"entrypoint": "cat /proc/self/environ", "submission_id": "ragindex-auth-probe"}
 
 pytestmark = pytest.mark.serve
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
