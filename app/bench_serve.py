@@ -17,6 +17,7 @@ use the real model.
 
 from __future__ import annotations
 
+import os
 import statistics
 import tempfile
 import time
@@ -27,7 +28,6 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import numpy as np
 
-from ragindex.app.serve.data_plane import DEFAULT_NAMESPACE
 from ragindex.config import RagIndexSpec
 from ragindex.errors import InvalidInput
 from ragindex.measure import Goals, missed_goals, percentile
@@ -106,7 +106,12 @@ def load_corpus(
     data_dir: Path, spec: RagIndexSpec, embedder: Embedder, chunks: int, rng: np.random.Generator
 ) -> None:
     """Append the corpus to `docs` and run the ingest worker over it, in this process."""
-    from ragindex.app.serve.data_plane import ensure_topics, open_log, plane_topics
+    from ragindex.app.serve.data_plane import (
+        DEFAULT_NAMESPACE,
+        ensure_topics,
+        open_log,
+        plane_topics,
+    )
     from ragindex.app.serve_cli import APP_NAME
     from ragindex.ingest.worker import IngestWorker
 
@@ -230,9 +235,7 @@ def api_ingest_rate(client: httpx.Client, texts: list[str]) -> float:
 def run_bench_serve(chunks: int, data_dir: Path | None, port: int) -> dict[str, Any]:
     """Load, start Serve, then measure each pair (HTTP / in-process search, API / raw embedder
     ingest) while the app runs, so both sides of a ratio share the machine's load."""
-    from ragindex.app.serve.query_side import LocalQuerySide
-    from ragindex.app.serve_cli import APP_NAME, start_local, stop_local
-    from ragindex.models.embedder import load_embedder
+    from ragindex.app.serve_cli import APP_NAME, ray_environment, start_local, stop_local
 
     if chunks < QUERIES:
         raise InvalidInput(f"--chunks must be at least {QUERIES}")
@@ -240,6 +243,13 @@ def run_bench_serve(chunks: int, data_dir: Path | None, port: int) -> dict[str, 
         data_dir = Path(tempfile.mkdtemp(prefix="ragindex-bench-serve-"))
     elif data_dir.exists() and any(data_dir.iterdir()):
         raise InvalidInput(f"{data_dir} is not empty; the benchmark needs a fresh data dir")
+    # Ray fixes its auth mode when first imported: the serve environment goes first.
+    os.environ.pop("RAY_AUTH_TOKEN", None)
+    os.environ.update(ray_environment(data_dir))
+    from ragindex.app.serve.data_plane import DEFAULT_NAMESPACE
+    from ragindex.app.serve.query_side import LocalQuerySide
+    from ragindex.models.embedder import load_embedder
+
     spec = RagIndexSpec.model_validate({"dense": {"shards": 2, "replicas": 1}})
     rng = np.random.default_rng(1)
     real = load_embedder(spec.embedder)
