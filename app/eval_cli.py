@@ -52,6 +52,8 @@ INDEX_SHAPING_MODULES = (
     "ragindex.lexical.documents",
     "ragindex.lexical.tantivy_index",
     "ragindex.models.embedder",
+    "ragindex.models.onnx_embedder",
+    "ragindex.models.onnx_export",
     "ragindex.shards.partition",
 )
 

@@ -1,6 +1,7 @@
-"""Embedding model wrappers: sentence-transformers (default) and FlagEmbedding.
+"""Embedding model wrappers: sentence-transformers (default), FlagEmbedding and, in
+`onnx_embedder`, ONNX Runtime (backends onnx and onnx-int8).
 
-Both load weights from local disk only (nothing is downloaded at run time), apply the
+All load weights from local disk only (nothing is downloaded at run time), apply the
 spec's query/passage prefixes, batch by `spec.batch_size`, and return float32, L2-normalised,
 C-contiguous arrays, so FAISS can take them without a copy. The `identity` stamps every index
 built from these vectors; its weights hash is read once per weights file version.
@@ -18,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ragindex.config import EmbedderSpec
+from ragindex.config import ONNX_BACKENDS, EmbedderSpec
 from ragindex.errors import InvalidInput
 from ragindex.protocols import Embedder, Vectors
 from ragindex.types import ModelIdentity
@@ -105,8 +106,8 @@ def _check_texts(texts: Sequence[str]) -> list[str]:
     return items
 
 
-class _BaseEmbedder:
-    """Prefixes, batching and output checks shared by both backends."""
+class BaseEmbedder:
+    """Prefixes, batching and output checks shared by every backend."""
 
     identity: ModelIdentity
     max_seq_length: int
@@ -116,7 +117,7 @@ class _BaseEmbedder:
         self.model_dir = resolve_model_path(spec.model)
         self.device = "cuda" if spec.gpus > 0 else "cpu"
 
-    def _stamp(self, dimension: int) -> None:
+    def _stamp(self, dimension: int, quantization: str = "") -> None:
         self.identity = ModelIdentity(
             name=self.spec.model,
             weights_hash=weights_hash(self.model_dir),
@@ -124,6 +125,7 @@ class _BaseEmbedder:
             normalized=True,
             query_prefix=self.spec.query_prefix,
             passage_prefix=self.spec.passage_prefix,
+            quantization=quantization,
         )
 
     def embed_passages(self, texts: Sequence[str]) -> Vectors:
@@ -153,7 +155,7 @@ class _BaseEmbedder:
         raise NotImplementedError
 
 
-class SentenceTransformerEmbedder(_BaseEmbedder):
+class SentenceTransformerEmbedder(BaseEmbedder):
     """The default backend: sentence-transformers with the model's own pooling config."""
 
     def __init__(self, spec: EmbedderSpec) -> None:
@@ -184,7 +186,7 @@ class SentenceTransformerEmbedder(_BaseEmbedder):
         return self.model.tokenizer
 
 
-class FlagEmbedder(_BaseEmbedder):
+class FlagEmbedder(BaseEmbedder):
     """FlagEmbedding's FlagModel with mean pooling, which matches sentence-transformers."""
 
     def __init__(self, spec: EmbedderSpec) -> None:
@@ -222,4 +224,8 @@ def load_embedder(spec: EmbedderSpec) -> Embedder:
     """Build the embedder the spec names (offline; weights from a package or a local path)."""
     if spec.backend == "flagembedding":
         return FlagEmbedder(spec)
+    if spec.backend in ONNX_BACKENDS:
+        from ragindex.models.onnx_embedder import OnnxEmbedder  # no torch on this path
+
+        return OnnxEmbedder(spec)
     return SentenceTransformerEmbedder(spec)

@@ -32,6 +32,16 @@ _KEPT = ("type", "description", "enum", "minimum", "maximum", "minLength", "maxL
 # Fields always exist here because every object has a default, but `has()` guards keep the
 # rules correct for objects stored before a default was added.
 _CEL: dict[str, list[dict[str, str]]] = {
+    "EmbedderSpec": [
+        {
+            "rule": "!has(self.backend) || !(self.backend in ['onnx', 'onnx-int8'])"
+            " || !has(self.gpus) || self.gpus == 0",
+            "message": "embedder.backend onnx and onnx-int8 run on CPU (onnxruntime):"
+            " set embedder.gpus to 0",
+            "fieldPath": ".gpus",
+            "reason": "FieldValueForbidden",
+        }
+    ],
     "RerankerSpec": [
         {
             "rule": "!has(self.enabled) || !self.enabled"

@@ -20,11 +20,20 @@ class _Spec(BaseModel):
     )
 
 
+EmbedderBackend = Literal["sentence-transformers", "flagembedding", "onnx", "onnx-int8"]
+ONNX_BACKENDS = ("onnx", "onnx-int8")
+
+
 class EmbedderSpec(_Spec):
-    backend: Literal["sentence-transformers", "flagembedding"] = Field(
+    backend: EmbedderBackend = Field(
         "sentence-transformers",
-        description="Library that loads and runs the embedding model."
-        " Changing it starts a new index generation (rebuilt by replaying the log).",
+        description="Library that loads and runs the embedding model: 'sentence-transformers' or"
+        " 'flagembedding' (torch), 'onnx' (the same weights exported to ONNX Runtime, fp32, on"
+        " CPU without torch on the query path; its vectors equal sentence-transformers' to"
+        " 2e-7) or 'onnx-int8' (that export with dynamic int8 quantization: faster, a different"
+        " model identity). Needs a sentence-transformers model with mean pooling."
+        " Changing it starts a new index generation (rebuilt by replaying the log), except"
+        " between 'sentence-transformers' and 'onnx', which compute the same vectors.",
     )
     model: str = Field(
         "all-MiniLM-L6-v2",
@@ -44,6 +53,15 @@ class EmbedderSpec(_Spec):
     batch_size: int = Field(16, ge=1, le=1024, description="Passages per embedding batch.")
     replicas: int = Field(1, ge=1, description="Embedder replicas when autoscaling is off.")
     gpus: float = Field(0, ge=0, description="GPUs per embedder replica (0 runs on CPU).")
+
+    @model_validator(mode="after")
+    def _onnx_on_cpu(self) -> EmbedderSpec:
+        if self.backend in ONNX_BACKENDS and self.gpus > 0:
+            raise ValueError(
+                f"embedder.backend {self.backend} runs on CPU (onnxruntime): set embedder.gpus"
+                " to 0, or use backend sentence-transformers on GPUs"
+            )
+        return self
 
 
 class RerankerSpec(_Spec):

@@ -1,8 +1,9 @@
 """Index generations: what one is, and the pure decisions about building and promoting one.
 
 A generation is everything a rebuild of the views depends on: the embedder identity (backend,
-model, prompt prefixes), the dense layout (shard count, the HNSW build parameters M and
-efConstruction) and the chunking (chunk ids and text). Changing any of GENERATION_FIELDS starts
+model, prompt prefixes; backends that compute the same vectors count as one, SAME_VECTORS_AS),
+the dense layout (shard count, the HNSW build parameters M and efConstruction) and the chunking
+(chunk ids and text). Changing any of GENERATION_FIELDS starts
 a new generation, built beside the serving one by replaying the compacted `docs` log into
 `chunks.<new>`; every other field changes in place. The operator and the app name a
 generation's topics, RayService and directories with `index_generation(spec)`.
@@ -41,6 +42,12 @@ GENERATION_FIELDS: tuple[str, ...] = (
 
 SELF_CHECK_TOP_K = 10
 
+# Backends that compute the same vectors as another one count as it in the generation: ONNX
+# Runtime fp32 runs sentence-transformers' weights and pooling, and its vectors differ by at
+# most 2e-7 per component (tests/models/test_onnx_embedder.py), the same as torch's own
+# batch-size noise, so switching between them changes in place without a re-embed.
+SAME_VECTORS_AS = {"onnx": "sentence-transformers"}
+
 
 def generation_identity(spec: RagIndexSpec) -> dict[str, Any]:
     """The values of GENERATION_FIELDS in `spec`, keyed by their CRD path."""
@@ -51,6 +58,8 @@ def generation_identity(spec: RagIndexSpec) -> dict[str, Any]:
         for part in path.split("."):
             node = node[part]
         out[path] = node
+    backend = out["embedder.backend"]
+    out["embedder.backend"] = SAME_VECTORS_AS.get(backend, backend)
     return out
 
 

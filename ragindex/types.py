@@ -264,9 +264,12 @@ class ModelIdentity:
     normalized: bool
     query_prefix: str = ""
     passage_prefix: str = ""
+    # How the weights were transformed after training ("" = as published, e.g. fp32 run by
+    # torch or ONNX Runtime alike). A quantized model computes other vectors: other identity.
+    quantization: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "name": self.name,
             "weights_hash": self.weights_hash,
             "dimension": self.dimension,
@@ -274,6 +277,10 @@ class ModelIdentity:
             "query_prefix": self.query_prefix,
             "passage_prefix": self.passage_prefix,
         }
+        # Only when set, so stamps and fingerprints of unquantized models stay as they were.
+        if self.quantization:
+            out["quantization"] = self.quantization
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelIdentity:

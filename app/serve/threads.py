@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -20,11 +22,16 @@ REFRESH_S = 0.15
 
 
 def limit_threads() -> None:
-    """One intra-op thread for this replica (FIELD-NOTES: 2 threads collapse under load)."""
-    import faiss
-    import torch
+    """One intra-op thread for this replica (FIELD-NOTES: 2 threads collapse under load).
 
-    torch.set_num_threads(1)
+    Torch is not imported for it: with the ONNX embedder the query path never loads torch.
+    OMP_NUM_THREADS sizes the pool of a torch loaded later, and ONNX Runtime's sessions."""
+    import faiss
+
+    os.environ["OMP_NUM_THREADS"] = "1"
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(1)
     faiss.omp_set_num_threads(1)
 
 
