@@ -144,13 +144,20 @@ class OnnxEmbedder(BaseEmbedder):
             str(self.model_file), options, providers=["CPUExecutionProvider"]
         )
         self._inputs = {i.name for i in self.session.get_inputs()} & set(INPUT_NAMES)
+        self.one_text_per_call = int8
 
     def _dimension(self) -> int:
         pooling = json.loads((self.model_dir / "1_Pooling" / "config.json").read_text())
         return int(pooling["word_embedding_dimension"])
 
     def _encode(self, batch: list[str]) -> Any:
-        encodings = self.tokenizer.encode_batch(batch)
+        # Dynamic int8 quantizes activations with one scale per call, so a text's int8 vector
+        # would depend on the other texts (and padding) in its batch: one text per call.
+        groups = [[t] for t in batch] if self.one_text_per_call else [batch]
+        return np.concatenate([self._run(group) for group in groups], axis=0)
+
+    def _run(self, texts: list[str]) -> Any:
+        encodings = self.tokenizer.encode_batch(texts)
         ids = np.array([e.ids for e in encodings], dtype=np.int64)
         mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
         feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}

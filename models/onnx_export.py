@@ -29,6 +29,7 @@ def _replace_atomically(out_dir: Path, name: str, write: Callable[[str], None]) 
     os.close(fd)
     try:
         write(tmp)
+        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide the cache from other users' replicas
         os.replace(tmp, out_dir / name)
     finally:
         if os.path.exists(tmp):

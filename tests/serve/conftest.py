@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,19 +34,34 @@ class ServedApp:
 
 @pytest.fixture(scope="module")  # torn down before the kill -9 test starts its own Ray
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedApp]:
+    spec = RagIndexSpec.model_validate({"dense": {"shards": 2}})
+    with local_app(tmp_path_factory.mktemp("serve-data"), spec) as app:
+        yield app
+
+
+@pytest.fixture(scope="module")
+def onnx_served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedApp]:
+    """The embedded runtime with the ONNX int8 encoder (one shard: the cheapest layout)."""
+    spec = RagIndexSpec.model_validate(
+        {"dense": {"shards": 1}, "embedder": {"backend": "onnx-int8"}}
+    )
+    with local_app(tmp_path_factory.mktemp("onnx-serve-data"), spec) as app:
+        yield app
+
+
+@contextmanager
+def local_app(data_dir: Path, spec: RagIndexSpec) -> Iterator[ServedApp]:
+    """The local Serve app for `spec` on a Ray of its own, ready, shut down afterwards."""
     import ray
     from ray import serve
 
     from ragindex.app.serve import build_app
     from ragindex.app.serve_cli import app_args
-    from ragindex.config import RagIndexSpec
 
-    data_dir = tmp_path_factory.mktemp("serve-data")
     port = free_port()
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
-        spec = RagIndexSpec.model_validate({"dense": {"shards": 2}})
         app = build_app(app_args(data_dir, spec.model_dump(mode="json", by_alias=True)))
         serve.run(app, name="ragindex", route_prefix="/")
         served = ServedApp(f"http://127.0.0.1:{port}", data_dir)
