@@ -35,7 +35,7 @@ _CEL: dict[str, list[dict[str, str]]] = {
     "EmbedderSpec": [
         {
             "rule": "!has(self.backend) || !(self.backend in ['onnx', 'onnx-int8'])"
-            " || !has(self.gpus) || self.gpus == 0",
+            " || !has(self.gpus) || self.gpus == 0.0",
             "message": "embedder.backend onnx and onnx-int8 run on CPU (onnxruntime):"
             " set embedder.gpus to 0",
             "fieldPath": ".gpus",

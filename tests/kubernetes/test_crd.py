@@ -126,6 +126,7 @@ def test_every_model_validator_has_a_cel_rule() -> None:
     }
     assert messages == {
         "reranker.model is required when reranker.enabled is true",
+        "embedder.backend onnx and onnx-int8 run on CPU (onnxruntime): set embedder.gpus to 0",
         "lexical.elasticsearchUrl is only valid with backend elasticsearch",
         "fusion.candidates must be >= fusion.topK",
         "autoscaling minReplicas must be <= maxReplicas",
@@ -266,6 +267,10 @@ INVALID: dict[str, tuple[dict[str, Any], list[str]]] = {
     "log-unknown-mode": (
         {"log": {"mode": "pulsar"}},
         ["spec.log.mode", "Unsupported value", "pulsar"],
+    ),
+    "onnx-on-gpus": (
+        {"embedder": {"backend": "onnx-int8", "gpus": 1}},
+        ["spec.embedder.gpus", "run on CPU (onnxruntime)"],
     ),
     "unknown-field": ({"dense": {"shardz": 3}}, ["unknown field", "spec.dense.shardz"]),
 }
