@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ragindex.app.generation_report import gather_evidence
 from ragindex.app.generations import read_record, write_record
 from ragindex.app.serve.data_plane import (
     DEFAULT_NAMESPACE,
@@ -39,7 +39,6 @@ from ragindex.app.serve_cli import APP_NAME
 from ragindex.config import RagIndexSpec
 from ragindex.errors import InvalidInput
 from ragindex.generations import (
-    SELF_CHECK_TOP_K,
     GenerationRecord,
     PromotionEvidence,
     PromotionRefused,
@@ -50,14 +49,11 @@ from ragindex.generations import (
     promote,
     promotion_failures,
     rollback_target,
-    self_check_sample,
     start_building,
 )
-from ragindex.ingest.worker import DataPlaneTopics, IngestWorker
+from ragindex.ingest.worker import IngestWorker
 from ragindex.models.embedder import load_embedder
 from ragindex.protocols import Embedder, Log
-from ragindex.records import DocKey, decode_document
-from ragindex.types import Document
 
 REINDEX_REPLICA = "reindex"
 BATCH = 64
@@ -74,25 +70,6 @@ class ReindexReport:
     self_check_sampled: int
     seconds: float
     failures: list[str] = field(default_factory=list)
-
-
-def live_documents(
-    log_: Log, topics: DataPlaneTopics, upto: dict[int, int]
-) -> dict[DocKey, Document]:
-    """The corpus as of `upto` (partition -> offset): each key's newest value, minus deletes."""
-    docs: dict[DocKey, Document | None] = {}
-    for partition, end in upto.items():
-        offset = log_.begin_offset(topics.docs, partition)
-        while offset < end:
-            records = log_.read(topics.docs, partition, offset, max_records=5000)
-            if not records:
-                break
-            for r in records:
-                if r.offset >= end:
-                    break
-                docs[DocKey.decode(r.key)] = None if r.value is None else decode_document(r.value)
-            offset = records[-1].offset + 1
-    return {k: d for k, d in docs.items() if d is not None}
 
 
 class Reindex:
@@ -193,33 +170,18 @@ class Reindex:
     def _evidence(self, side: LocalQuerySide) -> tuple[PromotionEvidence, dict[str, int]]:
         consumed = self._consumed()  # the backfill is paused: its views cover exactly this
         ends = self._ends()
-        corpus = live_documents(self.log, self.topics, consumed)
-        documents = Counter(k.tenant_id for k in corpus)
         side.refresh()
         if not side.try_open():
             raise InvalidInput(f"generation {self.generation} has no chunks topic")
-        assert side.dense is not None
-        indexed = {t: side.dense.documents(t) for t in documents}
-        sample = self_check_sample(
-            [k.encode() for k, d in corpus.items() if d.title.strip()],
+        evidence = gather_evidence(
+            self.log,
+            self.topics,
+            side,
             self.spec.generations.self_check_sample,
+            consumed,
+            ends,
         )
-        missed = []
-        for key_bytes in sample:
-            key = DocKey.decode(key_bytes)
-            result = side.search(key.tenant_id, corpus[key].title, SELF_CHECK_TOP_K, "dense", False)
-            found = {(h.chunk.source, h.chunk.doc_id) for h in result.hits}
-            if (key.source, key.doc_id) not in found:
-                missed.append(key_bytes.decode())
-        evidence = PromotionEvidence(
-            docs_end=ends,
-            consumed=consumed,
-            documents=dict(documents),
-            indexed=indexed,
-            self_check_missed=missed,
-            self_check_sampled=len(sample),
-        )
-        return evidence, indexed
+        return evidence, dict(evidence.indexed)
 
     def close(self) -> None:
         self.log.close()
