@@ -10,7 +10,8 @@ On one machine (the file log in the data directory):
 3. Verification (`ragindex.generations.promotion_failures`): the backfill reached the end of
    `docs`, each tenant's live documents all have chunks in the new generation's views, and the
    self-check: each sampled document's title retrieves it in the top 10 of the new dense leg.
-4. Promotion: one atomic write of the record; the old generation is retained for
+4. Promotion: on Elasticsearch the read alias moves to the new generation's index (one
+   `_aliases` call), then one atomic write of the record; the old generation is retained for
    `spec.generations.rollbackWindowHours` (`ragindex reindex --rollback`); generations past
    that window lose their `chunks` topic and replica directories at the next promotion. A
    failed check leaves the old generation serving, marks the new one failed with the reason,
@@ -19,12 +20,14 @@ On one machine (the file log in the data directory):
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ragindex.app.engine import elasticsearch_auth
 from ragindex.app.generation_report import gather_evidence
 from ragindex.app.generations import read_record, write_record
 from ragindex.app.serve.data_plane import (
@@ -52,6 +55,7 @@ from ragindex.generations import (
     start_building,
 )
 from ragindex.ingest.worker import IngestWorker
+from ragindex.lexical.elasticsearch_index import ElasticsearchIndex, make_client
 from ragindex.models.embedder import load_embedder
 from ragindex.protocols import Embedder, Log
 
@@ -157,6 +161,7 @@ class Reindex:
             write_record(self.data_dir, self.record)
             raise PromotionRefused(self.generation, failures)
         self.record = promote(self.record, self.generation, self.clock())
+        move_read_alias(self.spec, self.generation)  # Elasticsearch: one _aliases call
         write_record(self.data_dir, self.record)  # the switch: one atomic rename
         self.record = retire_expired(self.data_dir, self.log, self.clock())
         return ReindexReport(
@@ -187,6 +192,31 @@ class Reindex:
         self.log.close()
 
 
+@contextlib.contextmanager
+def _elasticsearch(spec: RagIndexSpec) -> Iterator[ElasticsearchIndex | None]:
+    """The spec's Elasticsearch alias (not opened: nothing is created), or None for tantivy."""
+    if spec.lexical.backend != "elasticsearch" or not spec.lexical.elasticsearch_url:
+        yield None
+        return
+    client = make_client(
+        spec.lexical.elasticsearch_url, spec.lexical.request_timeout_s, elasticsearch_auth()
+    )
+    index = ElasticsearchIndex(client, spec.lexical.elasticsearch_alias)
+    try:
+        yield index
+    finally:
+        client.close()
+
+
+def move_read_alias(spec: RagIndexSpec, generation: str) -> None:
+    """On Elasticsearch, point the read alias at the generation's index (one atomic
+    `_aliases` call); the previous index is kept for rollback. Nothing to do on tantivy,
+    whose index lives in each generation's replica directory."""
+    with _elasticsearch(spec) as es:
+        if es is not None:
+            es.swap_alias(generation)
+
+
 def retire_expired(data_dir: Path, log_: Log, now: float) -> GenerationRecord:
     """Delete the topics and replica directories of generations retained or failed longer
     than the serving spec's rollback window, then drop them from the record."""
@@ -199,6 +229,9 @@ def retire_expired(data_dir: Path, log_: Log, now: float) -> GenerationRecord:
         spec = record.spec_of(generation)
         log_.delete_topic(plane_topics(spec, APP_NAME, DEFAULT_NAMESPACE).chunks)
         shutil.rmtree(replica_dir(data_dir, spec, REINDEX_REPLICA, 0).parent, ignore_errors=True)
+        with _elasticsearch(spec) as es:
+            if es is not None:
+                es.drop_generation(generation)
     if doomed:
         record = forget(record, doomed)
         write_record(data_dir, record)
