@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ragindex.app.engine import elasticsearch_auth
-from ragindex.app.generation_report import gather_evidence
 from ragindex.app.generations import read_record, write_record
 from ragindex.app.serve.data_plane import (
     DEFAULT_NAMESPACE,
@@ -37,6 +36,7 @@ from ragindex.app.serve.data_plane import (
     plane_topics,
     replica_dir,
 )
+from ragindex.app.serve.generation_report import gather_evidence
 from ragindex.app.serve.query_side import LocalQuerySide, SerializedEmbedder
 from ragindex.app.serve_cli import APP_NAME
 from ragindex.config import RagIndexSpec

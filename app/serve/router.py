@@ -16,9 +16,8 @@ from typing import Any
 from ray.serve.handle import DeploymentHandle
 
 from ragindex.app.engine import auth_dir
-from ragindex.app.generation_report import generation_report
 from ragindex.app.serve.data_plane import open_log, plane_topics, replica_dir, replica_rank
-from ragindex.app.serve.ingest import applied_target
+from ragindex.app.serve.generation_report import generation_report
 from ragindex.app.serve.pools import RemoteEmbedder
 from ragindex.app.serve.query_side import ClusterQuerySide, LocalQuerySide, QuerySide
 from ragindex.app.serve.threads import ReplicaThread, refresh_forever
@@ -69,6 +68,7 @@ class Router:
         self.ingest = ingest
         self.topics = plane_topics(self.spec, name, namespace)
         self.report_log: Log | None = None
+        self.report_goal: dict[int, int] | None = None  # docs ends seen by the last report
         self.views = ReplicaThread("router-views")
         self.searches = ReplicaThread("router-search", SEARCH_THREADS)
         self.answers = ReplicaThread("router-answer", ANSWER_THREADS)
@@ -157,29 +157,28 @@ class Router:
         return (True, "ok") if writable == "ok" else (True, f"degraded: {writable}")
 
     async def generation_report(self) -> dict[str, Any]:
-        """This generation's build report (app/generation_report.py), made on the views
+        """This generation's build report (app/serve/generation_report.py), made on the views
         thread: it owns the local runtime's views."""
         return await self.views.run(self._generation_report)
 
     def _generation_report(self) -> dict[str, Any]:
         if self.report_log is None:
             self.report_log = open_log(self.data_dir)
-        log_ = self.report_log
         if not self.side.try_open():
             raise BackendUnavailable("the views are not open yet: no generation report")
 
-        def views_current() -> bool:
+        def views_reached(chunk_offsets: list[int]) -> bool:
             self.side.refresh()
-            ends = [applied_target(log_, self.topics.chunks, s) for s in range(self.topics.shards)]
-            return views_caught_up(self.side.progress(), ends)
+            return views_caught_up(self.side.progress(), chunk_offsets)
 
-        report = generation_report(
-            log_,
+        report, self.report_goal = generation_report(
+            self.report_log,
             self.topics,
             index_generation(self.spec),
             self.side,
             self.spec.generations.self_check_sample,
-            views_current,
+            views_reached,
+            self.report_goal,
         )
         return report.to_json()
 

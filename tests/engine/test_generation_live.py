@@ -23,9 +23,8 @@ from typing import Any
 import pytest
 from elasticsearch import Elasticsearch
 
-from ragindex.app.generation_report import generation_report
 from ragindex.app.serve.data_plane import ensure_topics, plane_topics
-from ragindex.app.serve.ingest import applied_target
+from ragindex.app.serve.generation_report import generation_report
 from ragindex.app.serve.query_side import LocalQuerySide, SerializedEmbedder
 from ragindex.app.serve.router import views_caught_up
 from ragindex.config import RagIndexSpec
@@ -128,7 +127,7 @@ def test_reshard_under_live_writes_and_searches_loses_nothing(
             append(writer_log, [d])  # returns once Kafka acknowledged
             acked.append(d)
             n += 1
-            time.sleep(0.1)
+            time.sleep(0.3)  # a steady trickle: the workers never see an idle log
 
     def workers() -> None:
         backfill = worker(new_spec, new_topics)
@@ -165,18 +164,20 @@ def test_reshard_under_live_writes_and_searches_loses_nothing(
         seen: list[BuildReport] = []
         deadline = time.monotonic() + REPORT_TIMEOUT_S
 
-        def views_current() -> bool:
+        def views_reached(chunk_offsets: list[int]) -> bool:
             new_side.refresh()
-            ends = [applied_target(main_log, new_topics.chunks, s) for s in range(3)]
-            return views_caught_up(new_side.progress(), ends)
+            return views_caught_up(new_side.progress(), chunk_offsets)
 
+        goal = None  # docs end offsets as the previous report saw them (the Router keeps them)
         while time.monotonic() < deadline:
             with lock:
-                report = generation_report(main_log, new_topics, new, new_side, 5, views_current)
+                report, goal = generation_report(
+                    main_log, new_topics, new, new_side, 5, views_reached, goal
+                )
             seen.append(report)
             if report.checks is not None:
                 break
-            time.sleep(0.3)
+            time.sleep(0.5)
         assert seen[-1].checks is not None, f"never verified: {seen[-3:]}"
         assert not seen[-1].failed, seen[-1]
         moment = datetime.now(UTC)

@@ -17,11 +17,16 @@ import pytest
 
 from ragindex.app.cli import main
 from ragindex.app.embedded import ingest_through_log
-from ragindex.app.generation_report import consumed_offsets, gather_evidence, generation_report
 from ragindex.app.generations import read_record, serving_spec
 from ragindex.app.reindex import Reindex, retire_expired
 from ragindex.app.serve.data_plane import DEFAULT_NAMESPACE, plane_topics, replica_dir
+from ragindex.app.serve.generation_report import (
+    consumed_offsets,
+    gather_evidence,
+    generation_report,
+)
 from ragindex.app.serve.query_side import LocalQuerySide, SerializedEmbedder
+from ragindex.app.serve.router import views_caught_up
 from ragindex.app.serve_cli import APP_NAME
 from ragindex.config import RagIndexSpec
 from ragindex.errors import InvalidInput
@@ -267,9 +272,11 @@ def test_the_build_report_shows_progress_then_checks_on_a_consistent_cut(
     new = index_generation(RESHARDED)
 
     def report() -> BuildReport:
-        return generation_report(
-            reindex.log, reindex.topics, new, side, 5, lambda: side.refresh() is None
-        )
+        def views_reached(chunk_offsets: list[int]) -> bool:
+            side.refresh()
+            return views_caught_up(side.progress(), chunk_offsets)
+
+        return generation_report(reindex.log, reindex.topics, new, side, 5, views_reached)[0]
 
     try:
         reindex.backfill.poll(32)

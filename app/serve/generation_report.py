@@ -14,10 +14,12 @@ sides (its chunks may or may not be in the views yet; the next report covers it)
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
+from ragindex.app.serve.ingest import applied_target
 from ragindex.generations import (
     SELF_CHECK_TOP_K,
     BuildReport,
@@ -30,6 +32,9 @@ from ragindex.protocols import Log
 from ragindex.records import DocKey, decode_document
 from ragindex.router.query import SearchResult
 from ragindex.types import Document
+
+VIEWS_WAIT_S = 2.0  # the views trail the log by about their refresh interval
+VIEWS_POLL_S = 0.05
 
 
 class _Dense(Protocol):
@@ -142,25 +147,41 @@ def generation_report(
     generation: str,
     side: ReportSide,
     sample_size: int,
-    views_current: Callable[[], bool],
-) -> BuildReport:
-    """The report the generation's Router serves: progress while the backfill runs; the
-    checks once it consumed the end of `docs` and its views applied what it produced
-    (`views_current`), else still without checks (the operator shows Verifying)."""
+    views_reached: Callable[[list[int]], bool],
+    goal: Mapping[int, int] | None = None,
+    views_wait_s: float = VIEWS_WAIT_S,
+) -> tuple[BuildReport, dict[int, int]]:
+    """The report the generation's Router serves, and the `docs` end offsets it saw (the
+    caller passes them back as `goal` next time).
+
+    Under steady writes the workers always trail the end of `docs` by a few records, so
+    "caught up" means: consumed everything that was in `docs` at the previous report (`goal`;
+    at the first report, now). Then the views must apply the chunks produced up to that cut
+    (`views_reached(chunk offsets)`, polled for up to `views_wait_s`), and the checks run on
+    the cut. Until both hold the report has no checks (the operator shows Backfilling n%, or
+    Verifying)."""
     consumed = consumed_offsets(log_, topics)
     ends = end_offsets(log_, topics)
+    target = dict(goal) if goal is not None else ends
     progress = BuildReport(
         generation, sum(min(c, ends[p]) for p, c in consumed.items()), sum(ends.values())
     )
-    if progress.consumed < progress.end or not views_current():
-        return progress
+    if any(consumed[p] < target.get(p, 0) for p in consumed):
+        return progress, ends
+    # Read after `consumed`: every chunk produced for the cut is below these offsets.
+    chunk_goal = [applied_target(log_, topics.chunks, s) for s in range(topics.shards)]
+    deadline = time.monotonic() + views_wait_s
+    while not views_reached(chunk_goal):
+        if time.monotonic() > deadline:
+            return progress, ends
+        time.sleep(VIEWS_POLL_S)
     evidence = gather_evidence(
         log_,
         topics,
         side,
         sample_size,
         consumed,
-        consumed,  # caught up as of `consumed`; later writes are left out
+        consumed,  # caught up as of the cut; what was written since is left out
         settled=lambda: consumed_offsets(log_, topics),
     )
-    return build_report(generation, evidence)
+    return build_report(generation, evidence), ends
