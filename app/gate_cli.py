@@ -347,7 +347,7 @@ def bench_suite_command(args: argparse.Namespace) -> int:
         _section(suite, "peers", lambda: _peers(collection, spec, vectors, queries, es_n))
     if "serve" not in skip:
         from ragindex.app.bench_serve import run_bench_serve
-        from ragindex.lexical.es_server import free_port
+        from ragindex.netutil import free_port
 
         chunks = int(getattr(args, "serve_chunks", None) or n)
         _section(suite, "serve", lambda: run_bench_serve(chunks, None, free_port()))
