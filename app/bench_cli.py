@@ -33,7 +33,7 @@ from ragindex.evals.collections import Collection, load_cranfield
 from ragindex.evals.runner import DEFAULT_TENANT, ingest_collection
 from ragindex.lexical.elasticsearch_index import ElasticsearchIndex
 from ragindex.lexical.es_server import ES_VERSION, running_elasticsearch
-from ragindex.measure import Goals, missed_goals, text_table
+from ragindex.measure import WARMUP_QUERIES, Goals, missed_goals, text_table
 from ragindex.router.query import QueryEngine
 from ragindex.shards.bench import AccessKind, run_access_bench, run_filtered_bench
 
@@ -130,10 +130,12 @@ def bm25_bench(
     es_url: str | None = None,
     spec: RagIndexSpec | None = None,
     repeats: int = 3,
+    warmup: int = WARMUP_QUERIES,
 ) -> dict[str, Any]:
     """Ingest the collection once (incrementally) into the engine at data_dir, copy its chunks
     into a fresh Elasticsearch alias (on es_url, or on a local server started after the ingest),
-    and measure both backends with the same dense index and chunk store."""
+    and measure both backends with the same dense index and chunk store (the first `warmup`
+    judged queries untimed)."""
     spec = spec or RagIndexSpec()
     with ExitStack() as stack:
         engine = LocalEngine.open(data_dir, spec)
@@ -149,7 +151,7 @@ def bm25_bench(
             engine.embedder, engine.dense, es, engine.store, spec.fusion, spec.lexical
         )
         print("measuring ...", file=sys.stderr, flush=True)
-        result = run_bm25_bench(collection, engine.query, es_engine, repeats=repeats)
+        result = run_bm25_bench(collection, engine.query, es_engine, repeats=repeats, warmup=warmup)
     result["run"] = {"elasticsearch": ES_VERSION, **machine()}
     return result
 
