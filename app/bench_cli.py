@@ -21,7 +21,7 @@ from ragindex.app.engine import LocalEngine
 from ragindex.app.eval_cli import cache_dir, eval_data_dir
 from ragindex.app.loading import cranfield_dir
 from ragindex.app.output import write_json
-from ragindex.config import RagIndexSpec
+from ragindex.config import DenseSpec, RagIndexSpec
 from ragindex.evals.bench_bm25 import (
     NDCG_TOLERANCE,
     bm25_table,
@@ -97,25 +97,35 @@ def bench_filtered_command(args: argparse.Namespace) -> int:
     """Tenant-filtered dense search by tenant share: `{share: {recall@10, p50_ms, ...}}` plus
     a `run` entry with what it ran on. With `--acl` (or `--metadata`): ACLs (a metadata
     range) allowing shares of one tenant's vectors, beside the unfiltered search."""
+    threshold = getattr(args, "exact_threshold", None)
+    dense = DenseSpec() if threshold is None else DenseSpec(exact_threshold=threshold)
     if args.acl or args.metadata:
         kind: AccessKind = "acl" if args.acl else "metadata"
         result = run_access_bench(
-            vectors=args.vectors, dim=FILTERED_DIM, queries=args.queries, kind=kind
+            vectors=args.vectors, dim=FILTERED_DIM, queries=args.queries, dense=dense, kind=kind
         )
         print(f"{kind}-filtered dense search: one tenant of {args.vectors} vectors,"
               f" dim {FILTERED_DIM}, {args.queries} queries")  # fmt: skip
         print(access_table(result))
     else:
-        result = run_filtered_bench(vectors=args.vectors, dim=FILTERED_DIM, queries=args.queries)
+        result = run_filtered_bench(
+            vectors=args.vectors, dim=FILTERED_DIM, queries=args.queries, dense=dense
+        )
         print(f"filtered dense search: {args.vectors} vectors, dim {FILTERED_DIM}")
         print(filtered_table(result))
-    run = {"vectors": args.vectors, "dim": FILTERED_DIM, "queries": args.queries, **machine()}
+    run = {
+        "vectors": args.vectors,
+        "dim": FILTERED_DIM,
+        "queries": args.queries,
+        "exact_threshold": dense.exact_threshold,
+        **machine(),
+    }
     if args.json:
         write_json(args.json, {**result, "run": run})
     goal = ACCESS_RECALL_GOAL if args.acl or args.metadata else FILTERED_RECALL_GOAL
     goals: Goals = {f"{share} recall@10": (">=", goal) for share in result}
     flat = {f"{share} recall@10": row["recall@10"] for share, row in result.items()}
-    return _checked(args, missed_goals(flat, goals))
+    return checked(args, missed_goals(flat, goals))
 
 
 def bench_data_dir(collection: Collection, spec: RagIndexSpec) -> Path:
@@ -166,10 +176,10 @@ def bench_bm25_command(args: argparse.Namespace) -> int:
     if args.json:
         write_json(args.json, result)
     goals: Goals = {"bm25_ndcg@10_abs_diff": ("<=", NDCG_TOLERANCE)}
-    return _checked(args, missed_goals(result, goals))
+    return checked(args, missed_goals(result, goals))
 
 
-def _checked(args: argparse.Namespace, missed: list[str]) -> int:
+def checked(args: argparse.Namespace, missed: list[str]) -> int:
     """Print missed goals; with --check they make the command exit 1."""
     for line in missed:
         print(f"missed goal: {line}")

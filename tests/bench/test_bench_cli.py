@@ -25,12 +25,35 @@ def test_filtered_command_writes_shares_and_what_it_ran_on(
     assert list(data) == ["0.001", "0.01", "0.1", "0.5", "run"]
     assert data["0.001"]["vectors"] == 2 and data["0.5"]["vectors"] == 1000
     for share in ("0.001", "0.01", "0.1", "0.5"):
-        assert 0 <= data[share]["recall@10"] <= 1 and data[share]["p50_ms"] > 0
+        # under the default exact threshold every tenant is searched exactly: recall is exact
+        assert data[share]["search"] == "flat" and data[share]["recall@10"] == 1.0
+        assert data[share]["samples"] == 200 and data[share]["p50_ms"] > 0
     run = data["run"]
-    assert (run["vectors"], run["dim"], run["queries"]) == (2000, 384, 200)
+    assert (run["vectors"], run["dim"], run["queries"], run["exact_threshold"]) == (
+        2000,
+        384,
+        200,
+        20_000,
+    )
     assert run["cores"] >= 1 and run["faiss_threads"] >= 1 and "OMP_NUM_THREADS" in run
     printed = capsys.readouterr().out
     assert "recall@10" in printed and "0.001" in printed
+
+
+def test_filtered_command_with_a_low_exact_threshold_checks_recall_in_hnsw(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "filtered.json"
+    args = argparse.Namespace(
+        vectors=2000, json=out, acl=False, metadata=False, queries=30, exact_threshold=300,
+        check=True,
+    )  # fmt: skip
+    assert bench_filtered_command(args) == 0  # --check: every share met its recall goal
+    data = json.loads(out.read_text())
+    assert data["run"]["exact_threshold"] == 300
+    assert (data["0.1"]["search"], data["0.5"]["search"]) == ("flat", "hnsw")
+    assert data["0.5"]["recall@10"] >= 0.95
+    assert "missed goal" not in capsys.readouterr().out
 
 
 def test_filtered_acl_command_writes_every_share_beside_the_unfiltered_search(

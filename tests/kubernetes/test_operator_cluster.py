@@ -13,7 +13,7 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import pytest
 import yaml
@@ -159,11 +159,14 @@ def patch_spec(client: Client, namespace: str, name: str, spec: dict[str, Any]) 
     client.patch(RagIndex, name, {"spec": spec}, namespace=namespace, patch_type=PatchType.MERGE)
 
 
-def mark_ready(client: Client, namespace: str, name: str) -> None:
-    """Write the status KubeRay writes when a RayService serves (there is no KubeRay here)."""
-    status = {
-        "status": {
-            "serviceStatus": "Running",
+def mark_ready(
+    client: Client, namespace: str, name: str, signal: Literal["condition", "serviceStatus"]
+) -> None:
+    """Write ONE of the two statuses KubeRay writes when a RayService serves (there is no
+    KubeRay here): the v1 `Ready` condition, or the older `serviceStatus: Running`. Each call
+    site writes one, so each signal alone is shown to move the operator."""
+    status: dict[str, Any] = (
+        {
             "conditions": [
                 {
                     "type": "Ready",
@@ -172,10 +175,18 @@ def mark_ready(client: Client, namespace: str, name: str) -> None:
                     "message": "",
                     "lastTransitionTime": "2026-01-01T00:00:00Z",
                 }
-            ],
+            ]
         }
-    }
-    client.patch(RayService.Status, name, status, namespace=namespace, patch_type=PatchType.MERGE)
+        if signal == "condition"
+        else {"serviceStatus": "Running"}
+    )
+    client.patch(
+        RayService.Status,
+        name,
+        {"status": status},
+        namespace=namespace,
+        patch_type=PatchType.MERGE,
+    )
 
 
 def serve_deployments(ray_service: Any) -> set[str]:
@@ -288,7 +299,7 @@ def test_embedder_change_rolls_out_a_new_generation(
     old = index_generation(RagIndexSpec.model_validate({"dense": {"shards": 1}}))
     old_rs = ray_service_name("roll", old)
     wait_for("first RayService", lambda: get_or_none(client, RayService, old_rs, ns))
-    mark_ready(client, ns, old_rs)
+    mark_ready(client, ns, old_rs, "condition")
     status = wait_for(
         "Ready on the first generation",
         lambda: (s := status_of(client, "roll", ns)).get("activeGeneration") == old and s,
@@ -315,7 +326,7 @@ def test_embedder_change_rolls_out_a_new_generation(
     selector = plain(client.get(Service, "roll", namespace=ns))["spec"]["selector"]
     assert selector[LABEL_GENERATION] == old
 
-    mark_ready(client, ns, new_rs)
+    mark_ready(client, ns, new_rs, "serviceStatus")
     wait_for(
         "old generation pruned",
         lambda: (
