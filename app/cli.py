@@ -293,6 +293,12 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--serve-chunks", type=int, help="HTTP benchmark size (default --vectors)")
     b.add_argument("--threads", type=int, default=1, help="FAISS and torch threads")
     b.add_argument("--skip", action="append", choices=["es", "serve"], default=[])
+    b.add_argument(
+        "--only",
+        action="append",
+        choices=["dense_curve", "filtered", "query_path", "peers", "serve"],
+        help="rerun only this section (repeatable) into the existing --json, same options",
+    )
     b.add_argument("--check", action="store_true", help=CHECK_HELP)
     b.set_defaults(run=_lazy("ragindex.app.gate_cli", "bench_suite_command"))
 
