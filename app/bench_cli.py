@@ -22,6 +22,7 @@ from ragindex.app.eval_cli import cache_dir, eval_data_dir
 from ragindex.app.loading import cranfield_dir
 from ragindex.app.output import write_json
 from ragindex.config import DenseSpec, RagIndexSpec
+from ragindex.errors import InvalidInput
 from ragindex.evals.bench_bm25 import (
     NDCG_TOLERANCE,
     bm25_table,
@@ -99,6 +100,8 @@ def bench_filtered_command(args: argparse.Namespace) -> int:
     a `run` entry with what it ran on. With `--acl` (or `--metadata`): ACLs (a metadata
     range) allowing shares of one tenant's vectors, beside the unfiltered search."""
     threshold = getattr(args, "exact_threshold", None)
+    if threshold is not None and threshold < 0:
+        raise InvalidInput(f"--exact-threshold must be >= 0 vectors, got {threshold}")
     dense = DenseSpec() if threshold is None else DenseSpec(exact_threshold=threshold)
     if args.acl or args.metadata:
         kind: AccessKind = "acl" if args.acl else "metadata"

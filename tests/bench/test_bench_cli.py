@@ -10,6 +10,7 @@ import pytest
 
 from ragindex.app.bench_cli import bench_filtered_command, bm25_bench
 from ragindex.config import RagIndexSpec
+from ragindex.errors import InvalidInput
 from ragindex.evals.bench_bm25 import bm25_table
 from ragindex.evals.collections import Collection
 from ragindex.lexical.es_server import EsServer
@@ -54,6 +55,10 @@ def test_filtered_command_with_a_low_exact_threshold_checks_recall_in_hnsw(
     assert (data["0.1"]["search"], data["0.5"]["search"]) == ("flat", "hnsw")
     assert data["0.5"]["recall@10"] >= 0.95
     assert "missed goal" not in capsys.readouterr().out
+    args.exact_threshold, args.json = -1, tmp_path / "refused.json"
+    with pytest.raises(InvalidInput, match="--exact-threshold must be >= 0"):
+        bench_filtered_command(args)
+    assert not args.json.exists()
 
 
 def test_filtered_acl_command_writes_every_share_beside_the_unfiltered_search(
