@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import pytest
 import yaml
@@ -207,11 +207,14 @@ def patch_spec(client: Client, namespace: str, name: str, spec: dict[str, Any]) 
     client.patch(RagIndex, name, {"spec": spec}, namespace=namespace, patch_type=PatchType.MERGE)
 
 
-def mark_ready(client: Client, namespace: str, name: str) -> None:
-    """Write the status KubeRay writes when a RayService serves (there is no KubeRay here)."""
-    status = {
-        "status": {
-            "serviceStatus": "Running",
+def mark_ready(
+    client: Client, namespace: str, name: str, signal: Literal["condition", "serviceStatus"]
+) -> None:
+    """Write ONE of the two statuses KubeRay writes when a RayService serves (there is no
+    KubeRay here): the v1 `Ready` condition, or the older `serviceStatus: Running`. Each call
+    site writes one, so each signal alone is shown to move the operator."""
+    status: dict[str, Any] = (
+        {
             "conditions": [
                 {
                     "type": "Ready",
@@ -220,10 +223,18 @@ def mark_ready(client: Client, namespace: str, name: str) -> None:
                     "message": "",
                     "lastTransitionTime": "2026-01-01T00:00:00Z",
                 }
-            ],
+            ]
         }
-    }
-    client.patch(RayService.Status, name, status, namespace=namespace, patch_type=PatchType.MERGE)
+        if signal == "condition"
+        else {"serviceStatus": "Running"}
+    )
+    client.patch(
+        RayService.Status,
+        name,
+        {"status": status},
+        namespace=namespace,
+        patch_type=PatchType.MERGE,
+    )
 
 
 def serve_deployments(ray_service: Any) -> set[str]:
@@ -339,7 +350,7 @@ def test_a_new_generation_serves_only_once_backfilled_and_checked(
     old = index_generation(RagIndexSpec.model_validate(base))
     old_rs = ray_service_name("roll", old)
     wait_for("first RayService", lambda: get_or_none(client, RayService, old_rs, ns))
-    mark_ready(client, ns, old_rs)
+    mark_ready(client, ns, old_rs, "condition")
     status = wait_for(
         "Ready on the first generation",
         lambda: (s := status_of(client, "roll", ns)).get("activeGeneration") == old and s,
@@ -360,7 +371,7 @@ def test_a_new_generation_serves_only_once_backfilled_and_checked(
         "its RayService",
         lambda: get_or_none(client, RayService, ray_service_name("roll", failing), ns),
     )
-    mark_ready(client, ns, ray_service_name("roll", failing))
+    mark_ready(client, ns, ray_service_name("roll", failing), "condition")
     reports.set(failing, 40, 100, None)
     status = wait_for(
         "backfill progress",
@@ -396,7 +407,7 @@ def test_a_new_generation_serves_only_once_backfilled_and_checked(
         "the failed generation retired",
         lambda: gone(client, RayService, ray_service_name("roll", failing), ns),
     )
-    mark_ready(client, ns, new_rs)
+    mark_ready(client, ns, new_rs, "serviceStatus")
     time.sleep(2.5)  # ready, but no report yet: nothing moves
     assert status_of(client, "roll", ns)["activeGeneration"] == old and selected() == old
     reports.set(new, 120, 120, {"caught-up": "", "chunk-counts": "", "self-check": ""})
