@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -133,6 +134,37 @@ def load_corpus(
                 pass
     finally:
         log.close()  # the Ingest replica becomes the log's writer
+
+
+READY_POLL_TIMEOUT_S = 10.0
+READY_BASE_S = 300.0
+READY_S_PER_1K_CHUNKS = 6.0  # a replay with HNSW builds on one thread of a loaded 2-core box
+
+
+def ready_deadline_s(chunks: int) -> float:
+    """How long the app may take to replay `chunks` into its views before the run gives up."""
+    return READY_BASE_S + READY_S_PER_1K_CHUNKS * chunks / 1000
+
+
+def wait_ready(client: httpx.Client, deadline_s: float) -> None:
+    """Poll /readyz until 200; a slow or refused answer is retried until the overall deadline,
+    and what the app says it is catching up is shown as it changes."""
+    deadline = time.monotonic() + deadline_s
+    said = ""
+    while True:
+        try:
+            r = client.get("/readyz", timeout=READY_POLL_TIMEOUT_S)
+            if r.status_code == 200:
+                return
+            detail = str(r.json().get("detail", r.text)) if r.content else str(r.status_code)
+        except (httpx.TransportError, ValueError) as err:
+            detail = f"no answer ({type(err).__name__})"
+        if detail != said:
+            print(f"waiting for the app: {detail}", file=sys.stderr, flush=True)
+            said = detail
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the Serve app was not ready after {deadline_s:.0f} s: {detail}")
+        time.sleep(1.0)
 
 
 def bench_queries(rng: np.random.Generator) -> list[str]:
@@ -267,11 +299,7 @@ def run_bench_serve(chunks: int, data_dir: Path | None, port: int) -> dict[str, 
         with httpx.Client(
             base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=60
         ) as client:
-            deadline = time.monotonic() + 300
-            while client.get("/readyz").status_code != 200:
-                if time.monotonic() > deadline:
-                    raise TimeoutError("the Serve app did not become ready")
-                time.sleep(0.5)
+            wait_ready(client, ready_deadline_s(chunks))
             side = LocalQuerySide(
                 spec, data_dir, APP_NAME, DEFAULT_NAMESPACE, data_dir / "replicas" / "bench"
             )

@@ -636,8 +636,9 @@ def create_app(
         responses={503: {"model": ReadyResponse, "description": "Not ready yet (says why)."}},
     )
     async def readyz() -> JSONResponse:
-        """Readiness: views open (503 until then); `degraded` while searches work but writes
-        cannot reach the log."""
+        """Readiness: 503 saying what is behind until the views caught up with the log (it
+        answers at once meanwhile); `degraded` while searches work but writes cannot reach
+        the log."""
         ok, reason = await backend.ready()
         return JSONResponse(
             {
