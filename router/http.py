@@ -317,7 +317,9 @@ def hit_out(result: SearchResult) -> SearchResponse:
 
 @dataclass
 class Metrics:
-    """ASGI middleware counting requests and timing them by route and status.
+    """ASGI middleware counting requests and timing them by route and status; each response
+    says how long this replica held it (`Server-Timing: app;dur=<ms>`), so a client can tell
+    the replica's time from the proxy's and the network's.
 
     Plain ASGI rather than `@app.middleware("http")`: Starlette's BaseHTTPMiddleware runs the
     app in a separate task with stream plumbing, a cost paid on every search.
@@ -338,6 +340,9 @@ class Metrics:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
+                held_ms = (time.perf_counter() - start) * 1000
+                timing = (b"server-timing", f"app;dur={held_ms:.3f}".encode())
+                message = {**message, "headers": [*message.get("headers", ()), timing]}
             await send(message)
 
         try:
