@@ -26,8 +26,10 @@ from typing import Any
 
 import httpx
 import numpy as np
+import yaml
 
 from ragindex.app.bench_serve import (
+    BENCH_SPEC,
     TENANT,
     HttpSample,
     SyntheticPassages,
@@ -77,11 +79,14 @@ class Server:
 
 
 def launch(name: str, data_dir: Path, env: Mapping[str, str], logs: Path) -> Server:
-    """`ragindex serve` on data_dir with `env` added, on free ports."""
+    """`ragindex serve` on data_dir (with the benchmark's spec) with `env` added, on free
+    ports."""
     port = free_port()
     log_path = logs / f"{name.replace(' ', '_')}.log"
     full_env = {**os.environ, **env, "RAGINDEX_DASHBOARD_PORT": str(free_port())}
-    argv = ["serve", "--data-dir", str(data_dir), "--port", str(port)]
+    spec_path = logs / "spec.yaml"
+    spec_path.write_text(yaml.safe_dump(BENCH_SPEC))
+    argv = ["serve", "--data-dir", str(data_dir), "--spec", str(spec_path), "--port", str(port)]
     with open(log_path, "ab") as log:
         process = subprocess.Popen(
             [sys.executable, "-m", "ragindex.app.cli", *argv],
@@ -167,7 +172,7 @@ def run_bench_http(
     from ragindex.models.embedder import load_embedder
 
     root = Path(tempfile.mkdtemp(prefix="ragindex-bench-http-"))
-    spec = RagIndexSpec.model_validate({"dense": {"shards": 2}})
+    spec = RagIndexSpec.model_validate(BENCH_SPEC)
     rng = np.random.default_rng(5)
     base_dir = root / "baseline"
     load_corpus(base_dir, spec, SyntheticPassages(load_embedder(spec.embedder)), chunks, rng)

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ragindex.errors import InvalidInput
+from ragindex.lexical.es_server import free_port
 from ragindex.router.auth import create_token
 
 APP_NAME = "ragindex"
@@ -31,12 +32,13 @@ RAY_CPUS = 2
 DASHBOARD_PORT = 8265
 RAY_TOKEN_FILE = "ray_auth_token"
 RAY_START_ATTEMPTS = 3
+DASHBOARD_PORT_ENV = "RAGINDEX_DASHBOARD_PORT"
 
 
 def dashboard_port() -> int:
     """The dashboard port: 8265 unless RAGINDEX_DASHBOARD_PORT says otherwise (tests, a 2nd
     server on the same machine)."""
-    raw = os.environ.get("RAGINDEX_DASHBOARD_PORT", str(DASHBOARD_PORT))
+    raw = os.environ.get(DASHBOARD_PORT_ENV, str(DASHBOARD_PORT))
     try:
         port = int(raw)
     except ValueError:
@@ -128,6 +130,8 @@ def start_local(
                 raise
             print(f"ragindex: Ray did not start ({err}); retrying", file=sys.stderr, flush=True)
             ray.shutdown()
+            # The failed attempt's dashboard may hold its port a while yet: take another.
+            os.environ[DASHBOARD_PORT_ENV] = str(free_port())
     if on_ray_started is not None:
         on_ray_started()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
@@ -195,7 +199,6 @@ def exit_on_sigterm() -> None:
 def bench_serve_command(args: argparse.Namespace) -> int:
     """`ragindex bench serve`: see ragindex.app.bench_serve."""
     from ragindex.app.bench_serve import format_report, run_bench_serve
-    from ragindex.lexical.es_server import free_port
 
     skip = set(getattr(args, "skip", None) or ())
     exit_on_sigterm()
