@@ -49,7 +49,7 @@ READY_POLL_S = 10.0
 QUERIES = 150
 WARMUP = 20
 # One option changed per variant (Ray Serve 2.60 reads them from the environment of its
-# processes); `ragindex serve` ships with those that won (serve_cli.SERVE_OPTIONS).
+# processes); `ragindex serve` runs Serve's defaults until one wins here.
 VARIANTS: dict[str, dict[str, str]] = {
     "user code on the replica's main loop": {"RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0"},
     "handle router on the main loop": {"RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP": "0"},
