@@ -39,7 +39,7 @@ from ragindex.app.bench_serve import (
     unique_queries,
 )
 from ragindex.config import RagIndexSpec
-from ragindex.lexical.es_server import free_port
+from ragindex.netutil import free_port
 from ragindex.measure import percentile
 from ragindex.router.auth import create_token
 

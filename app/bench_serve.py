@@ -369,7 +369,7 @@ def api_ingest_rate(client: httpx.Client, texts: list[str]) -> float:
 def free_dashboard_port() -> None:
     """A free dashboard port unless RAGINDEX_DASHBOARD_PORT names one: other servers on the
     machine may hold 8265."""
-    from ragindex.lexical.es_server import free_port
+    from ragindex.netutil import free_port
 
     os.environ.setdefault("RAGINDEX_DASHBOARD_PORT", str(free_port()))
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ragindex.errors import InvalidInput
-from ragindex.lexical.es_server import free_port
+from ragindex.netutil import free_port
 from ragindex.router.auth import create_token
 
 APP_NAME = "ragindex"
