@@ -39,8 +39,8 @@ from ragindex.app.bench_serve import (
     unique_queries,
 )
 from ragindex.config import RagIndexSpec
-from ragindex.netutil import free_port
 from ragindex.measure import percentile
+from ragindex.netutil import free_port
 from ragindex.router.auth import create_token
 
 CHUNKS = 2_000
