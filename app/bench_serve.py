@@ -1,36 +1,52 @@
-"""`ragindex bench serve`: what the Serve layer costs over the in-process engine.
+"""`ragindex bench serve`: what the Serve layer costs over the in-process engine, and under load.
 
-One run, one corpus (synthetic text, synthetic clustered vectors, 2 shards), measured three ways:
+One run, one corpus (synthetic text, synthetic clustered vectors, 2 shards), measured while the
+app serves, each pair interleaved query by query so both sides see the same background load
+on a noisy machine (ratios and differences from one run are the figures to trust):
 - hybrid search p50/p99 through HTTP vs the same queries through the in-process engine (the
-  Router's own query path, opened read-only in this process), interleaved query by query while
-  the app serves, so both see the same background load on a noisy machine;
+  Router's own query path, opened read-only in this process), their difference, and the HTTP
+  searches' stages (embed, dense, lexical, fusion, fetch) with what HTTP adds split into the
+  replica's share (its Server-Timing) and the proxy and network's;
+- the like-for-like peer: ragindex lexical-only search through HTTP vs Elasticsearch BM25
+  through HTTP (a real local Elasticsearch holding the same chunks), same queries, with the
+  in-process lexical leg as the floor (bench_peer);
 - upsert-to-searchable through HTTP (both legs), the freshness bound's measurement, and
   ack-to-applied everywhere (`?wait=true`: every shard replica of the answering Router and its
   BM25 view), `freshness_all_replicas_p99_s`;
 - `bootstrap_s`: a new replica (a fresh node-local directory, no snapshot) from the log to
   serving, i.e. replaying every chunk into FAISS + text + BM25;
-- ingest throughput through the API vs the raw embedder on the same passages.
-The corpus goes into the log's `docs` topic and through the real IngestWorker with passage
-vectors drawn synthetically (embedding 100 k passages would take hours on 2 cores); queries
-use the real model.
+- ingest throughput through the API vs the raw embedder on the same passages;
+- saturation throughput (closed-loop clients ramp; the queries/s at which p99 passes 40 ms)
+  with 1 and then 2 Router replicas, and the RSS of the runtime's processes at rest and under
+  load (bench_load).
+Every timed query is unique and the warm-up queries are a set of their own, so no cache can
+flatter a figure. The corpus goes into the log's `docs` topic and through the real
+IngestWorker with passage vectors drawn synthetically (embedding 100 k passages would take
+hours on 2 cores); queries use the real model.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import statistics
+import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
 import numpy as np
 
+from ragindex.app.bench_load import PeakMemory, ramp, runtime_memory, timed_phase
+from ragindex.app.bench_peer import fill_elasticsearch, time_lexical_peer
 from ragindex.config import RagIndexSpec
 from ragindex.errors import InvalidInput
-from ragindex.measure import Goals, missed_goals, percentile
+from ragindex.measure import Goals, missed_goals, percentile, text_table
 from ragindex.protocols import Embedder, Vectors
 from ragindex.records import doc_key, encode_document
 from ragindex.router.auth import create_token
@@ -43,17 +59,30 @@ if TYPE_CHECKING:  # Ray is imported only when the benchmark runs
 TENANT = "bench"
 # What the serving path promises (`--check` exits 1 when a run misses one).
 GOALS: Goals = {
-    "ratio_p50": ("<=", 1.5),
+    "http_p50_ms": ("<=", 15.0),
+    "http_p99_ms": ("<=", 40.0),
+    "http_minus_inproc_p50_ms": ("<=", 5.0),
+    "lexical_http_over_es_http_p50": ("<", 1.0),
     "freshness_p99_s": ("<=", 2.0),
     "ingest_ratio": (">=", 0.9),
     "freshness_all_replicas_p99_s": ("<=", 2.0),
     "bootstrap_s": ("<=", 20.0),
 }
+# 2 shards, one Router replica; per-tenant admission raised so that the one benchmark tenant's
+# closed-loop clients measure the server, not the 429s of the default limits (50/s, 8 at once).
+BENCH_SPEC = {
+    "dense": {"shards": 2, "replicas": 1},
+    "limits": {"requestsPerS": 1_000_000, "burst": 1_000_000, "maxConcurrent": 1_000},
+}
 LOAD_BATCH = 2_000
-QUERIES = 100
+QUERIES = 200
+WARMUP_QUERIES = 20
+MIN_CHUNKS = 100
+READY_STREAK = 20
 FRESHNESS_PROBES = 20
 INGEST_DOCS = 96
 INGEST_BATCH = 32  # what a client like `ragindex demo` sends
+INGEST_WAITS = 10
 
 _WORDS_TEXT = (
     "wing flow shock boundary layer pressure heat transfer nozzle supersonic laminar turbulent"
@@ -135,38 +164,132 @@ def load_corpus(
         log.close()  # the Ingest replica becomes the log's writer
 
 
-def bench_queries(rng: np.random.Generator) -> list[str]:
-    return [" ".join(rng.choice(WORDS, size=5)) for _ in range(QUERIES)]
+READY_POLL_TIMEOUT_S = 10.0
+READY_BASE_S = 300.0
+READY_S_PER_1K_CHUNKS = 6.0  # a replay with HNSW builds on one thread of a loaded 2-core box
+
+
+def ready_deadline_s(chunks: int) -> float:
+    """How long the app may take to replay `chunks` into its views before the run gives up."""
+    return READY_BASE_S + READY_S_PER_1K_CHUNKS * chunks / 1000
+
+
+def wait_ready(client: httpx.Client, deadline_s: float) -> None:
+    """Poll /readyz until 200; a slow or refused answer is retried until the overall deadline,
+    and what the app says it is catching up is shown as it changes."""
+    deadline = time.monotonic() + deadline_s
+    said = ""
+    while True:
+        try:
+            r = client.get("/readyz", timeout=READY_POLL_TIMEOUT_S)
+            if r.status_code == 200:
+                return
+            detail = str(r.json().get("detail", r.text)) if r.content else str(r.status_code)
+        except (httpx.TransportError, ValueError) as err:
+            detail = f"no answer ({type(err).__name__})"
+        if detail != said:
+            print(f"waiting for the app: {detail}", file=sys.stderr, flush=True)
+            said = detail
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the Serve app was not ready after {deadline_s:.0f} s: {detail}")
+        time.sleep(1.0)
+
+
+def unique_queries(rng: np.random.Generator, count: int, taken: set[str]) -> list[str]:
+    """`count` queries of 5 vocabulary words, none seen before (added to `taken`): no timed
+    query can be answered from a cache that an earlier one warmed."""
+    out: list[str] = []
+    while len(out) < count:
+        q = " ".join(rng.choice(WORDS, size=5, replace=False))
+        if q not in taken:
+            taken.add(q)
+            out.append(q)
+    return out
+
+
+def fresh_queries(rng: np.random.Generator, taken: set[str]) -> Iterator[str]:
+    """An endless stream of unique queries (saturation levels draw from it)."""
+    while True:
+        yield from unique_queries(rng, 64, taken)
+
+
+@dataclass
+class HttpSample:
+    """One search through HTTP: client time, the replica's share (its Server-Timing), stages."""
+
+    total_ms: float
+    replica_ms: float
+    stages_ms: dict[str, float]
+
+
+def http_search(client: httpx.Client, query: str, mode: str = "hybrid") -> HttpSample:
+    start = time.perf_counter()
+    r = client.post("/v1/search", json={"query": query, "k": 10, "mode": mode})
+    total = (time.perf_counter() - start) * 1000
+    r.raise_for_status()
+    return HttpSample(
+        total, server_timing_ms(r.headers.get("server-timing", "")), r.json()["timings_ms"]
+    )
+
+
+def server_timing_ms(header: str, metric: str = "app") -> float:
+    """The `dur` of one metric of a Server-Timing header (nan when absent)."""
+    for entry in header.split(","):
+        name, *params = (p.strip() for p in entry.split(";"))
+        if name == metric:
+            for param in params:
+                if param.startswith("dur="):
+                    return float(param[4:])
+    return float("nan")
+
+
+def stage_breakdown(samples: Sequence[HttpSample]) -> dict[str, float]:
+    """p50 per stage of the HTTP searches: the engine's stages, then what HTTP adds on top of
+    them (`http_overhead`), split into the replica's own share (auth, validation, the hop to
+    the search thread, serialisation) and the proxy and network's."""
+    stages = sorted({k for s in samples for k in s.stages_ms})
+    out = {
+        f"{stage}_ms": round(percentile([s.stages_ms.get(stage, 0.0) for s in samples], 50), 3)
+        for stage in stages
+    }
+    engine = [sum(s.stages_ms.values()) for s in samples]
+    out["engine_ms"] = round(percentile(engine, 50), 3)
+    out["http_overhead_ms"] = round(
+        percentile([s.total_ms - e for s, e in zip(samples, engine, strict=True)], 50), 3
+    )
+    timed = [(s, e) for s, e in zip(samples, engine, strict=True) if s.replica_ms == s.replica_ms]
+    if timed:
+        out["replica_framework_ms"] = round(percentile([s.replica_ms - e for s, e in timed], 50), 3)
+        out["proxy_and_network_ms"] = round(
+            percentile([s.total_ms - s.replica_ms for s, _ in timed], 50), 3
+        )
+    return out
 
 
 def time_search_pair(
-    side: LocalQuerySide, client: httpx.Client, queries: list[str]
-) -> tuple[list[float], list[float]]:
-    """Each query in-process and over HTTP, alternating which goes first; ms, after warm-up."""
+    side: LocalQuerySide, client: httpx.Client, warmup: list[str], queries: list[str]
+) -> tuple[list[float], list[HttpSample]]:
+    """Each query in-process and over HTTP, alternating which goes first; warm-up queries are
+    their own set, never timed."""
 
     def inproc(q: str) -> float:
         start = time.perf_counter()
         side.search(TENANT, q, 10, "hybrid", None)
         return (time.perf_counter() - start) * 1000
 
-    def http(q: str) -> float:
-        start = time.perf_counter()
-        client.post("/v1/search", json={"query": q, "k": 10}).raise_for_status()
-        return (time.perf_counter() - start) * 1000
-
-    for q in queries[:10]:
+    for q in warmup:
         inproc(q)
-        http(q)
+        http_search(client, q)
     inproc_ms: list[float] = []
-    http_ms: list[float] = []
+    http: list[HttpSample] = []
     for n, q in enumerate(queries):
         if n % 2:
-            http_ms.append(http(q))
+            http.append(http_search(client, q))
             inproc_ms.append(inproc(q))
         else:
             inproc_ms.append(inproc(q))
-            http_ms.append(http(q))
-    return inproc_ms, http_ms
+            http.append(http_search(client, q))
+    return inproc_ms, http
 
 
 def measure_freshness(client: httpx.Client, probes: int) -> list[float]:
@@ -222,104 +345,245 @@ def raw_embed_rate(embedder: Embedder, texts: list[str]) -> float:
 
 
 def api_ingest_rate(client: httpx.Client, texts: list[str]) -> float:
+    """Documents/s through the API to searchable: batches as a client sends them, the last
+    one with `?wait=true` (writes are applied in log order, so it waits for them all)."""
     docs = [
         {"source": "ingest", "doc_id": f"i{i}", "title": "", "text": t} for i, t in enumerate(texts)
     ]
+    batches = [docs[b : b + INGEST_BATCH] for b in range(0, len(docs), INGEST_BATCH)]
     start = time.perf_counter()
-    for b in range(0, len(docs), INGEST_BATCH):
-        r = client.post("/v1/documents", json={"documents": docs[b : b + INGEST_BATCH]})
+    for batch in batches[:-1]:
+        client.post("/v1/documents", json={"documents": batch}).raise_for_status()
+    for _ in range(INGEST_WAITS):  # re-sending unchanged documents embeds nothing
+        r = client.post(
+            "/v1/documents",
+            json={"documents": batches[-1]},
+            params={"wait": "true", "wait_timeout_s": "60"},
+        )
         r.raise_for_status()
-    return len(docs) / (time.perf_counter() - start)
+        if r.json()["applied"] is True:
+            return len(docs) / (time.perf_counter() - start)
+    raise TimeoutError(f"ingested documents not searchable after {INGEST_WAITS} waits of 60 s")
 
 
-def run_bench_serve(chunks: int, data_dir: Path | None, port: int) -> dict[str, Any]:
-    """Load, start Serve, then measure each pair (HTTP / in-process search, API / raw embedder
-    ingest) while the app runs, so both sides of a ratio share the machine's load."""
-    from ragindex.app.serve_cli import APP_NAME, ray_environment, start_local, stop_local
+def free_dashboard_port() -> None:
+    """A free dashboard port unless RAGINDEX_DASHBOARD_PORT names one: other servers on the
+    machine may hold 8265."""
+    from ragindex.netutil import free_port
 
-    if chunks < QUERIES:
-        raise InvalidInput(f"--chunks must be at least {QUERIES}")
-    if data_dir is None:
-        data_dir = Path(tempfile.mkdtemp(prefix="ragindex-bench-serve-"))
-    elif data_dir.exists() and any(data_dir.iterdir()):
+    os.environ.setdefault("RAGINDEX_DASHBOARD_PORT", str(free_port()))
+
+
+def start_app(data_dir: Path, port: int, spec: RagIndexSpec) -> None:
+    """Run the app (Ray started on first use) with `spec`'s Router replicas."""
+    import ray
+    from ray import serve
+
+    from ragindex.app.serve import build_app
+    from ragindex.app.serve_cli import APP_NAME, app_args, start_local
+
+    if not ray.is_initialized():
+        start_local(data_dir, port, spec)
+        return
+    spec_json = spec.model_dump(mode="json", by_alias=True)
+    serve.run(
+        build_app(app_args(data_dir, spec_json)), name=APP_NAME, route_prefix="/", blocking=False
+    )
+
+
+def wait_every_replica_ready(client: httpx.Client, deadline_s: float) -> None:
+    """Ready answers from every Router replica: READY_STREAK 200s in a row (requests spread
+    over the replicas, so one still catching up answers 503 within a few)."""
+    deadline = time.monotonic() + deadline_s
+    streak = 0
+    while streak < READY_STREAK:
+        wait_ready(client, max(1.0, deadline - time.monotonic()))
+        streak = 0
+        while streak < READY_STREAK:
+            try:
+                if client.get("/readyz", timeout=READY_POLL_TIMEOUT_S).status_code != 200:
+                    break
+            except httpx.TransportError:
+                break
+            streak += 1
+
+
+def search_body(query: str) -> dict[str, Any]:
+    return {"query": query, "k": 10, "mode": "hybrid"}
+
+
+def saturation(
+    url: str,
+    token: str,
+    queries: Iterator[str],
+    memory: PeakMemory,
+) -> dict[str, Any]:
+    def make_client() -> httpx.Client:
+        return httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+
+    return ramp(make_client, queries, search_body, on_level=memory.sample)
+
+
+def run_bench_serve(
+    chunks: int,
+    data_dir: Path | None,
+    port: int,
+    *,
+    peer: bool = True,
+    load: bool = True,
+) -> dict[str, Any]:
+    """Load, then measure while the app runs, each pair interleaved in one run so both sides
+    share the machine's load: HTTP / in-process hybrid search (and its stages), ragindex
+    lexical / Elasticsearch BM25 through HTTP (`peer`), freshness, API / raw embedder ingest,
+    then saturation with 1 and 2 Router replicas and the runtime's memory (`load`)."""
+    if chunks < MIN_CHUNKS:
+        raise InvalidInput(f"--chunks must be at least {MIN_CHUNKS}")
+    if data_dir is not None and data_dir.exists() and any(data_dir.iterdir()):
         raise InvalidInput(f"{data_dir} is not empty; the benchmark needs a fresh data dir")
+    with ExitStack() as cleanup:
+        if data_dir is None:  # a temporary one, removed afterwards (100 k chunks take ~1 GB)
+            data_dir = Path(tempfile.mkdtemp(prefix="ragindex-bench-serve-"))
+            cleanup.callback(shutil.rmtree, data_dir, True)
+        return _run(chunks, data_dir, port, peer=peer, load=load)
+
+
+def _run(chunks: int, data_dir: Path, port: int, *, peer: bool, load: bool) -> dict[str, Any]:
+    from ragindex.app.serve_cli import APP_NAME, ray_environment, stop_local
+
     # Ray fixes its auth mode when first imported: the serve environment goes first.
     os.environ.pop("RAY_AUTH_TOKEN", None)
     os.environ.update(ray_environment(data_dir))
-    from ragindex.app.serve.data_plane import DEFAULT_NAMESPACE
+    free_dashboard_port()
+    from ragindex.app.serve.data_plane import DEFAULT_NAMESPACE, open_log, plane_topics
     from ragindex.app.serve.query_side import LocalQuerySide
+    from ragindex.lexical.es_server import running_elasticsearch
     from ragindex.models.embedder import load_embedder
 
-    spec = RagIndexSpec.model_validate({"dense": {"shards": 2, "replicas": 1}})
+    spec = RagIndexSpec.model_validate(BENCH_SPEC)
     rng = np.random.default_rng(1)
     real = load_embedder(spec.embedder)
+    phases: dict[str, float] = {}
+    report: dict[str, Any] = {"chunks": chunks, "shards": spec.dense.shards, "log": "file"}
 
-    t0 = time.perf_counter()
-    load_corpus(data_dir, spec, SyntheticPassages(real), chunks, rng)
-    load_s = time.perf_counter() - t0
-    queries = bench_queries(rng)
+    with timed_phase("load_s", phases):
+        load_corpus(data_dir, spec, SyntheticPassages(real), chunks, rng)
+    taken: set[str] = set()
+    warmup = unique_queries(rng, WARMUP_QUERIES, taken)
+    queries = unique_queries(rng, QUERIES, taken)
+    peer_warmup = unique_queries(rng, WARMUP_QUERIES, taken)
+    peer_queries = unique_queries(rng, QUERIES, taken)
     texts = ingest_texts(rng)
 
     token = create_token(data_dir, TENANT)
-    start_local(data_dir, port, spec)
-    try:
-        url = f"http://127.0.0.1:{port}"
-        with httpx.Client(
-            base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=60
-        ) as client:
-            deadline = time.monotonic() + 300
-            while client.get("/readyz").status_code != 200:
-                if time.monotonic() > deadline:
-                    raise TimeoutError("the Serve app did not become ready")
-                time.sleep(0.5)
-            side = LocalQuerySide(
-                spec, data_dir, APP_NAME, DEFAULT_NAMESPACE, data_dir / "replicas" / "bench"
+    with ExitStack() as stack:
+        es = stack.enter_context(running_elasticsearch()) if peer else None
+        if es is not None:
+            topics = plane_topics(spec, APP_NAME, DEFAULT_NAMESPACE)
+            log_ = open_log(data_dir)
+            stack.callback(log_.close)
+            with timed_phase("es_load_s", phases):
+                es_index = fill_elasticsearch(
+                    es.url, log_, topics.chunks, topics.shards, spec, data_dir / "es-offsets.json"
+                )
+            stack.callback(es_index.close)
+        memory = PeakMemory(exclude=[es.process.pid] if es is not None else [])
+        stack.callback(stop_local)
+        with timed_phase("app_ready_s", phases):
+            start_app(data_dir, port, spec)
+            url = f"http://127.0.0.1:{port}"
+            client = stack.enter_context(
+                httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=60)
             )
-            try:
-                side.load_models()
-                t1 = time.perf_counter()
+            wait_ready(client, ready_deadline_s(chunks))
+        report["runtime_memory_at_rest"] = runtime_memory(memory.exclude)
+        side = LocalQuerySide(
+            spec, data_dir, APP_NAME, DEFAULT_NAMESPACE, data_dir / "replicas" / "bench"
+        )
+        try:
+            side.load_models()
+            with timed_phase("bootstrap_s", phases):
                 if not side.try_open():  # a new replica: replays the whole chunks topic
                     raise TimeoutError("the in-process replica found no topics")
-                bootstrap_s = time.perf_counter() - t1
-                inproc, http = time_search_pair(side, client, queries)
-            finally:
-                side.close()
-            fresh = measure_freshness(client, FRESHNESS_PROBES)
-            everywhere = measure_applied_everywhere(client, FRESHNESS_PROBES)
-            api_rate = api_ingest_rate(client, texts)
-            raw_rate = raw_embed_rate(real, texts)
-    finally:
-        stop_local()
+            inproc, http = time_search_pair(side, client, warmup, queries)
+            if es is not None:
+                es_client = stack.enter_context(httpx.Client(base_url=es.url, timeout=60))
 
-    http_p50 = statistics.median(http)
+                def lexical_floor(q: str) -> list[str]:
+                    hits = side.search(TENANT, q, 10, "lexical", None).hits
+                    return [h.chunk.chunk_id for h in hits]
+
+                report["peer"] = time_lexical_peer(
+                    client, es_client, TENANT, spec, peer_warmup, peer_queries, lexical_floor
+                )
+        finally:
+            side.close()
+        fresh = measure_freshness(client, FRESHNESS_PROBES)
+        everywhere = measure_applied_everywhere(client, FRESHNESS_PROBES)
+        api_rate = api_ingest_rate(client, texts)
+        raw_rate = raw_embed_rate(real, texts)
+        if load:
+            stream = fresh_queries(rng, taken)
+            report["saturation"] = {"1": saturation(url, token, stream, memory)}
+            report["runtime_memory_under_load"] = dict(memory.peak)
+            two = spec.model_copy(update={"dense": spec.dense.model_copy(update={"replicas": 2})})
+            with timed_phase("second_replica_ready_s", phases):
+                start_app(data_dir, port, two)
+                wait_every_replica_ready(client, ready_deadline_s(chunks))
+            memory_two = PeakMemory(memory.exclude)
+            report["saturation"]["2"] = saturation(url, token, stream, memory_two)
+            report["runtime_memory_two_replicas_under_load"] = dict(memory_two.peak)
+
+    http_ms = [s.total_ms for s in http]
+    http_p50 = statistics.median(http_ms)
     inproc_p50 = statistics.median(inproc)
-    report: dict[str, Any] = {
-        "chunks": chunks,
-        "shards": spec.dense.shards,
+    report |= {
         "router_replicas": spec.dense.replicas,
         "queries": len(queries),
-        "load_s": round(load_s, 1),
+        "warmup_queries": len(warmup),
         "http_p50_ms": round(http_p50, 2),
-        "http_p99_ms": round(percentile(http, 99), 2),
+        "http_p99_ms": round(percentile(http_ms, 99), 2),
         "inproc_p50_ms": round(inproc_p50, 2),
         "inproc_p99_ms": round(percentile(inproc, 99), 2),
+        "http_minus_inproc_p50_ms": round(http_p50 - inproc_p50, 2),
         "ratio_p50": round(http_p50 / inproc_p50, 3),
+        "stages_p50": stage_breakdown(http),
         "freshness_p50_s": round(statistics.median(fresh), 3),
         "freshness_p99_s": round(percentile(fresh, 99), 3),
         "freshness_all_replicas_p99_s": round(percentile(everywhere, 99), 3),
-        "bootstrap_s": round(bootstrap_s, 2),
-        "log": "file",
+        "bootstrap_s": phases["bootstrap_s"],
         "ingest_api_docs_per_s": round(api_rate, 2),
         "ingest_raw_docs_per_s": round(raw_rate, 2),
         "ingest_ratio": round(api_rate / raw_rate, 3),
+        "phases_s": phases,
     }
+    if "peer" in report:
+        report["lexical_http_over_es_http_p50"] = report["peer"]["lexical_http_over_es_http_p50"]
+    if "saturation" in report:
+        for replicas, result in report["saturation"].items():
+            report[f"saturation_qps_{replicas}_router"] = result["saturation_qps"]
+    if "runtime_memory_at_rest" in report:
+        report["runtime_rss_at_rest_mb"] = report["runtime_memory_at_rest"]["rss_mb"]
     report["goals"] = {name: f"{op} {bound}" for name, (op, bound) in GOALS.items()}
     report["missed_goals"] = missed_goals(report, GOALS)
     return report
 
 
 def format_report(report: dict[str, Any]) -> str:
-    rows = [f"{k:>24}  {v}" for k, v in report.items() if k not in ("goals", "missed_goals")]
+    """Scalars one per line, nested sections as `section.key`, saturation levels as a table."""
+    rows: list[str] = []
+
+    def add(prefix: str, value: Any) -> None:
+        if isinstance(value, dict):
+            for key, inner in value.items():
+                add(f"{prefix}.{key}" if prefix else key, inner)
+        elif isinstance(value, list) and value and isinstance(value[0], dict):
+            header = list(value[0])
+            rows.append(f"{prefix:>44}  " + text_table(header, [list(v.values()) for v in value])
+                        .replace("\n", "\n" + " " * 46))  # fmt: skip
+        else:
+            rows.append(f"{prefix:>44}  {value}")
+
+    add("", {k: v for k, v in report.items() if k not in ("goals", "missed_goals")})
     goals = ", ".join(f"{k} {v}" for k, v in report["goals"].items())
     missed = "; ".join(report["missed_goals"]) or "none"
-    return "\n".join([*rows, f"{'goals':>24}  {goals}", f"{'missed goals':>24}  {missed}"])
+    return "\n".join([*rows, f"{'goals':>44}  {goals}", f"{'missed goals':>44}  {missed}"])

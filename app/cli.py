@@ -267,13 +267,29 @@ def build_parser() -> argparse.ArgumentParser:
         " to run the HNSW paths on a small --vectors (CI does)",
     )
     b.set_defaults(run=_lazy("ragindex.app.bench_cli", "bench_filtered_command"))
-    b = bench.add_parser("serve", help="HTTP vs in-process search, freshness, ingest throughput")
+    b = bench.add_parser(
+        "serve",
+        help="HTTP vs in-process search and its stages, Elasticsearch BM25 peer, freshness,"
+        " ingest, saturation with 1 and 2 Router replicas, runtime memory",
+    )
     b.add_argument("--chunks", type=int, default=100_000)
     b.add_argument("--json", type=Path)
     b.add_argument("--data-dir", type=Path)
-    b.add_argument("--port", type=int, default=8011)
+    b.add_argument("--port", type=int, help="HTTP port of the app (default: a free one)")
+    b.add_argument(
+        "--skip",
+        action="append",
+        choices=["peer", "load"],
+        default=[],
+        help="leave out the Elasticsearch peer or the saturation ramp",
+    )
     b.add_argument("--check", action="store_true", help=CHECK_HELP)
     b.set_defaults(run=_lazy("ragindex.app.serve_cli", "bench_serve_command"))
+    b = bench.add_parser(
+        "http", help="each Ray Serve option against the shipped ones, two servers side by side"
+    )
+    b.add_argument("--json", type=Path)
+    b.set_defaults(run=_lazy("ragindex.app.serve_cli", "bench_http_command"))
     b = bench.add_parser("backfill", help="generation backfill documents/s vs the raw embedder")
     b.add_argument("--docs", type=int, default=500, help="Cranfield documents to replay")
     b.add_argument("--spec", type=Path, help="RagIndex spec YAML (the embedder, chunking)")

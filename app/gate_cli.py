@@ -310,10 +310,12 @@ def _peers(
 
 
 def peer_ratios(suite: Mapping[str, Any]) -> dict[str, Any]:
-    """Ratios to an in-process floor, each side measured in one run on the same corpus and
+    """Ratios between like things, each side measured in one run on the same corpus and
     queries: Elasticsearch over HTTP / tantivy in-process (BM25, and hybrid with either as
-    the lexical leg), ragindex over HTTP / the same engine in-process. Ratios between runs on
-    different corpora or of different kinds (HTTP against in-process FAISS) are not made."""
+    the lexical leg), ragindex over HTTP / the same engine in-process, and ragindex's
+    lexical-only search over HTTP / Elasticsearch BM25 over HTTP (`bench serve`'s peer).
+    Ratios between runs on different corpora or of different kinds (HTTP against in-process
+    FAISS) are not made."""
     out: dict[str, Any] = {}
     bm25 = suite.get("peers", {}).get("bm25", {})
     if "bm25" in bm25:
@@ -322,6 +324,8 @@ def peer_ratios(suite: Mapping[str, Any]) -> dict[str, Any]:
     serve = suite.get("serve", {})
     if "ratio_p50" in serve:
         out["http_over_inprocess_p50"] = serve["ratio_p50"]
+    if "lexical_http_over_es_http_p50" in serve:  # both through HTTP, same chunks and queries
+        out["ragindex_lexical_http_over_es_bm25_http_p50"] = serve["lexical_http_over_es_http_p50"]
     return out
 
 

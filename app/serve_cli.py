@@ -24,18 +24,21 @@ from pathlib import Path
 from typing import Any
 
 from ragindex.errors import InvalidInput
+from ragindex.netutil import free_port
 from ragindex.router.auth import create_token
 
 APP_NAME = "ragindex"
 RAY_CPUS = 2
 DASHBOARD_PORT = 8265
 RAY_TOKEN_FILE = "ray_auth_token"
+RAY_START_ATTEMPTS = 3
+DASHBOARD_PORT_ENV = "RAGINDEX_DASHBOARD_PORT"
 
 
 def dashboard_port() -> int:
     """The dashboard port: 8265 unless RAGINDEX_DASHBOARD_PORT says otherwise (tests, a 2nd
     server on the same machine)."""
-    raw = os.environ.get("RAGINDEX_DASHBOARD_PORT", str(DASHBOARD_PORT))
+    raw = os.environ.get(DASHBOARD_PORT_ENV, str(DASHBOARD_PORT))
     try:
         port = int(raw)
     except ValueError:
@@ -110,14 +113,25 @@ def start_local(
 
     from ragindex.app.serve import build_app
 
-    ray.init(
-        address="local",  # a new Ray of our own, never another user's `ray start` cluster
-        num_cpus=RAY_CPUS,
-        include_dashboard=True,
-        dashboard_host="127.0.0.1",
-        dashboard_port=dashboard_port(),
-        log_to_driver=False,
-    )
+    for attempt in range(1, RAY_START_ATTEMPTS + 1):
+        try:
+            ray.init(
+                address="local",  # a new Ray of our own, never another user's `ray start` cluster
+                num_cpus=RAY_CPUS,
+                include_dashboard=True,
+                dashboard_host="127.0.0.1",
+                dashboard_port=dashboard_port(),
+                log_to_driver=False,
+            )
+            break
+        except Exception as err:
+            # Ray 2.60 gives its raylet a fixed 30 s to register; a loaded box can miss that.
+            if "timed out during startup" not in str(err) or attempt == RAY_START_ATTEMPTS:
+                raise
+            print(f"ragindex: Ray did not start ({err}); retrying", file=sys.stderr, flush=True)
+            ray.shutdown()
+            # The failed attempt's dashboard may hold its port a while yet: take another.
+            os.environ[DASHBOARD_PORT_ENV] = str(free_port())
     if on_ray_started is not None:
         on_ray_started()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
@@ -177,17 +191,39 @@ def token_create_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def exit_on_sigterm() -> None:
+    """SIGTERM unwinds like an exit, so a benchmark stops the servers it started."""
+    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
+
+
 def bench_serve_command(args: argparse.Namespace) -> int:
-    """`ragindex bench serve`: HTTP vs in-process search, freshness, ingest throughput."""
+    """`ragindex bench serve`: see ragindex.app.bench_serve."""
     from ragindex.app.bench_serve import format_report, run_bench_serve
 
+    skip = set(getattr(args, "skip", None) or ())
+    exit_on_sigterm()
     report = run_bench_serve(
         chunks=args.chunks,
         data_dir=Path(args.data_dir).resolve() if getattr(args, "data_dir", None) else None,
-        port=getattr(args, "port", 8011),
+        port=getattr(args, "port", None) or free_port(),
+        peer="peer" not in skip,
+        load="load" not in skip,
     )
     print(format_report(report))
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
         print(f"wrote {args.json}", file=sys.stderr)
     return 1 if getattr(args, "check", False) and report["missed_goals"] else 0
+
+
+def bench_http_command(args: argparse.Namespace) -> int:
+    """`ragindex bench http`: see ragindex.app.bench_http."""
+    from ragindex.app.bench_http import format_http_report, run_bench_http
+
+    exit_on_sigterm()
+    report = run_bench_http()
+    print(format_http_report(report))
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+        print(f"wrote {args.json}", file=sys.stderr)
+    return 1 if any("error" in v for v in report["variants"].values()) else 0

@@ -70,7 +70,7 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> l
     return lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
 
 
-Goals = Mapping[str, tuple[Literal["<=", ">="], float]]
+Goals = Mapping[str, tuple[Literal["<=", ">=", "<"], float]]
 
 
 def missed_goals(report: Mapping[str, object], goals: Goals) -> list[str]:
@@ -80,6 +80,6 @@ def missed_goals(report: Mapping[str, object], goals: Goals) -> list[str]:
         value = report.get(name)
         if isinstance(value, bool) or not isinstance(value, int | float):
             missed.append(f"{name}: not measured (goal {op} {bound})")
-        elif (value > bound) if op == "<=" else (value < bound):
+        elif {"<=": value > bound, ">=": value < bound, "<": value >= bound}[op]:
             missed.append(f"{name}: {value} misses the goal {op} {bound}")
     return missed

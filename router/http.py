@@ -332,7 +332,9 @@ def hit_out(result: SearchResult) -> SearchResponse:
 
 @dataclass
 class Metrics:
-    """ASGI middleware counting requests and timing them by route and status.
+    """ASGI middleware counting requests and timing them by route and status; each response
+    says how long this replica held it (`Server-Timing: app;dur=<ms>`), so a client can tell
+    the replica's time from the proxy's and the network's.
 
     Plain ASGI rather than `@app.middleware("http")`: Starlette's BaseHTTPMiddleware runs the
     app in a separate task with stream plumbing, a cost paid on every search.
@@ -353,6 +355,9 @@ class Metrics:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
+                held_ms = (time.perf_counter() - start) * 1000
+                timing = (b"server-timing", f"app;dur={held_ms:.3f}".encode())
+                message = {**message, "headers": [*message.get("headers", ()), timing]}
             await send(message)
 
         try:
@@ -651,8 +656,9 @@ def create_app(
         responses={503: {"model": ReadyResponse, "description": "Not ready yet (says why)."}},
     )
     async def readyz() -> JSONResponse:
-        """Readiness: views open (503 until then); `degraded` while searches work but writes
-        cannot reach the log."""
+        """Readiness: 503 saying what is behind until the views caught up with the log (it
+        answers at once meanwhile); `degraded` while searches work but writes cannot reach
+        the log."""
         ok, reason = await backend.ready()
         return JSONResponse(
             {

@@ -24,6 +24,7 @@ from ragindex.topics import chunks_topic, docs_topic
 
 DEFAULT_NAMESPACE = "default"
 NODE_ROOT_ENV = "RAGINDEX_NODE_ROOT"
+TAIL_WINDOW = 8  # offsets before the end that hold the last record (and a commit marker)
 
 
 def docs_partitions(spec: RagIndexSpec) -> int:
@@ -59,6 +60,15 @@ def open_log(data_dir: Path) -> Log:
 def ensure_topics(log_: Log, topics: DataPlaneTopics) -> None:
     log_.ensure_topic(topics.docs, topics.docs_partitions, compacted=True)
     log_.ensure_topic(topics.chunks, topics.shards, compacted=True)
+
+
+def applied_target(log_: Log, topic: str, partition: int) -> int:
+    """The offset after the last data record of a partition (0 if it has none): what a view
+    must have applied to be current (Kafka's end offset may sit past a transaction marker)."""
+    end = log_.end_offset(topic, partition)
+    start = max(log_.begin_offset(topic, partition), end - TAIL_WINDOW)
+    tail = log_.read(topic, partition, start, max_records=TAIL_WINDOW) if end > start else []
+    return tail[-1].offset + 1 if tail else start
 
 
 def replica_dir(data_dir: Path, spec: RagIndexSpec, deployment: str, rank: int) -> Path:

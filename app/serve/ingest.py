@@ -16,7 +16,13 @@ from typing import Any
 
 from ray.serve.handle import DeploymentHandle
 
-from ragindex.app.serve.data_plane import ensure_topics, open_log, plane_topics, replica_rank
+from ragindex.app.serve.data_plane import (
+    applied_target,
+    ensure_topics,
+    open_log,
+    plane_topics,
+    replica_rank,
+)
 from ragindex.app.serve.pools import RemoteEmbedder
 from ragindex.app.serve.threads import ReplicaThread, limit_threads
 from ragindex.config import RagIndexSpec
@@ -24,7 +30,7 @@ from ragindex.errors import BackendUnavailable, InvalidInput
 from ragindex.ingest.pipeline import as_documents
 from ragindex.ingest.worker import IngestWorker, owned_partitions
 from ragindex.models.embedder import load_embedder
-from ragindex.protocols import Embedder, Log
+from ragindex.protocols import Embedder
 from ragindex.records import doc_key, encode_document
 from ragindex.topics import partition_for_key
 from ragindex.types import ID_PART_RE, Document, validate_tenant
@@ -34,15 +40,6 @@ log = logging.getLogger("ragindex.serve")
 POLL_TIMEOUT_S = 0.1
 RETRY_S = 1.0
 WRITABLE_TIMEOUT_S = 1.5
-TAIL_WINDOW = 8  # offsets before the end that hold the last record (and a commit marker)
-
-
-def applied_target(log_: Log, topic: str, partition: int) -> int:
-    """The offset after the last data record of a partition (0 if it has none)."""
-    end = log_.end_offset(topic, partition)
-    start = max(log_.begin_offset(topic, partition), end - TAIL_WINDOW)
-    tail = log_.read(topic, partition, start, max_records=TAIL_WINDOW) if end > start else []
-    return tail[-1].offset + 1 if tail else start
 
 
 class Ingest:

@@ -20,7 +20,7 @@ from ray.serve.handle import DeploymentHandle
 
 from ragindex.app.answers import answer_service
 from ragindex.app.engine import open_lexical
-from ragindex.app.serve.data_plane import open_log, plane_topics
+from ragindex.app.serve.data_plane import applied_target, open_log, plane_topics
 from ragindex.app.serve.pools import RemoteEmbedder, RemoteReranker
 from ragindex.app.serve.threads import limit_threads
 from ragindex.config import RagIndexSpec
@@ -41,6 +41,18 @@ def merge_by_score(results: Sequence[Sequence[ScoredId]], k: int) -> list[Scored
     """Top-k of several shards' hits by score (ties by chunk id), as ShardedDenseIndex does."""
     hits = [h for shard_hits in results for h in shard_hits]
     return sorted(hits, key=lambda h: (-h.score, h.chunk_id))[:k]
+
+
+def catching_up(progress: dict[str, list[int]], targets: list[int]) -> str | None:
+    """What is still behind the chunk offsets `targets` (None when every view reached them),
+    e.g. "dense shard 0 at 1200 of 50000"."""
+    behind = [
+        f"{view} shard {shard} at {applied} of {target}"
+        for view, offsets in progress.items()
+        for shard, (applied, target) in enumerate(zip(offsets, targets, strict=True))
+        if applied < target
+    ]
+    return ", ".join(behind) or None
 
 
 def by_shard(tenant_id: str, chunk_ids: Sequence[str], shards: int) -> dict[int, list[str]]:
@@ -152,6 +164,9 @@ class LocalQuerySide:
         self.answers: AnswerService | None = None
         self.log: Log | None = None
         self.refreshed_at = 0.0
+        # The chunk offsets that existed when the views opened: ready once they reach them.
+        self.open_targets: list[int] | None = None
+        self.caught_up = False
 
     def load_models(self) -> None:
         limit_threads()
@@ -196,8 +211,25 @@ class LocalQuerySide:
             reranker_spec=self.spec.reranker,
             rocchio=self.spec.feedback.rocchio,
         )
+        self.open_targets = [
+            applied_target(log_, self.topics.chunks, s) for s in range(self.spec.dense.shards)
+        ]
         self.refresh()
         return True
+
+    def readiness(self) -> tuple[bool, str]:
+        """Ready once every view caught up with what the log held when it opened; else what is
+        still catching up. Reads attributes only: it never waits for the views thread, which
+        may spend minutes replaying the log (readiness stays true after, lag is staleness)."""
+        if self.caught_up:
+            return True, "ok"
+        if self.open_targets is None:
+            return False, "opening the views: waiting for Ingest to create the index's topics"
+        behind = catching_up(self.progress(), self.open_targets)
+        if behind is not None:
+            return False, f"catching up with the log: {behind}"
+        self.caught_up = True
+        return True, "ok"
 
     def refresh(self) -> None:
         """Apply what `chunks.<generation>` has beyond each view's offset."""
@@ -359,6 +391,9 @@ class ClusterQuerySide:
 
     def try_open(self) -> bool:
         return True
+
+    def readiness(self) -> tuple[bool, str]:
+        return True, "ok"  # the Shard<i> and Lexical deployments catch up on their own
 
     def refresh(self) -> None:
         return None  # shard and lexical deployments catch up on their own

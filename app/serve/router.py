@@ -147,9 +147,12 @@ class Router:
         return await self.searches.run(self.side.stats, tenant_id)
 
     async def ready(self) -> tuple[bool, str]:
-        """Searchable once the views opened; `degraded` (still ready) if writes cannot land."""
-        if not await self.views.run(self.side.try_open):
-            return False, "waiting for Ingest to create the index's topics"
+        """Ready once the views caught up with the log (503 saying what is behind until then;
+        never queued behind the catch-up itself); `degraded` (still ready) if writes cannot
+        land."""
+        ok, why = self.side.readiness()
+        if not ok:
+            return False, why
         try:
             writable = await asyncio.wait_for(self.ingest.writable.remote(), timeout=2.0)
         except Exception as err:

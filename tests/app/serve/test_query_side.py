@@ -1,0 +1,118 @@
+"""The local Router's query side: readiness while its views replay the log (#16).
+
+A real file log with real chunks (the real ingest worker, real MiniLM); the only mock is the
+fault: applying records to the dense view blocks until the test releases it, as a replay of
+100 k chunks keeps the views thread busy for minutes.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ragindex.app.serve.data_plane import (
+    DEFAULT_NAMESPACE,
+    ensure_topics,
+    open_log,
+    plane_topics,
+    replica_dir,
+)
+from ragindex.app.serve.query_side import LocalQuerySide, SerializedEmbedder, catching_up
+from ragindex.app.serve_cli import APP_NAME
+from ragindex.config import RagIndexSpec
+from ragindex.ingest.worker import IngestWorker
+from ragindex.protocols import Embedder
+from ragindex.records import doc_key, encode_document
+from ragindex.shards.log_replica import LogShardReplica
+from ragindex.topics import partition_for_key
+from ragindex.types import Document
+
+TENANT = "acme"
+DOCS = 6
+PROMPTLY_S = 5.0  # generous: the answer must not wait for the blocked catch-up (minutes)
+
+
+def test_catching_up_names_each_view_that_is_behind() -> None:
+    progress = {"dense": [3, 5], "lexical": [3, 2]}
+    assert catching_up(progress, [3, 5]) == "lexical shard 1 at 2 of 5"
+    assert catching_up(progress, [3, 2]) is None
+    assert catching_up({"dense": [0, 0]}, [4, 0]) == "dense shard 0 at 0 of 4"
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path, minilm: Embedder) -> Path:
+    """A data dir whose `chunks` topic holds the chunks of DOCS documents."""
+    spec = RagIndexSpec.model_validate({"dense": {"shards": 2}})
+    topics = plane_topics(spec, APP_NAME, DEFAULT_NAMESPACE)
+    log = open_log(tmp_path)
+    try:
+        ensure_topics(log, topics)
+        records = []
+        for n in range(DOCS):
+            doc = Document("wiki", f"d{n}", f"Doc {n}", f"glacier number {n} carves a valley")
+            key = doc_key(TENANT, doc.source, doc.doc_id)
+            records.append(
+                (partition_for_key(key, topics.docs_partitions), key, encode_document(doc))
+            )
+        log.append(topics.docs, records)
+        worker = IngestWorker(log, topics, minilm, spec.chunking, range(topics.docs_partitions))
+        while worker.poll():
+            pass
+    finally:
+        log.close()
+    return tmp_path
+
+
+@pytest.fixture
+def blocked_apply(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[threading.Event, ...]]:
+    """Fault: the dense view's apply waits for `release` (and says it started in `entered`)."""
+    entered, release = threading.Event(), threading.Event()
+    original = LogShardReplica._apply
+
+    def slow_apply(self: LogShardReplica, records: Any) -> None:
+        entered.set()
+        assert release.wait(120), "the test never released the catch-up"
+        original(self, records)
+
+    monkeypatch.setattr(LogShardReplica, "_apply", slow_apply)
+    yield entered, release
+    release.set()
+
+
+def test_readiness_answers_while_the_views_replay_the_log(
+    data_dir: Path, minilm: Embedder, blocked_apply: tuple[threading.Event, ...]
+) -> None:
+    entered, release = blocked_apply
+    spec = RagIndexSpec.model_validate({"dense": {"shards": 2}})
+    side = LocalQuerySide(
+        spec, data_dir, APP_NAME, DEFAULT_NAMESPACE, replica_dir(data_dir, spec, "Router", 0)
+    )
+    side.embedder = SerializedEmbedder(minilm)
+    assert side.readiness() == (
+        False,
+        "opening the views: waiting for Ingest to create the index's topics",
+    )
+    with ThreadPoolExecutor(1) as views_thread:  # as the Router's views thread runs it
+        opening = views_thread.submit(side.refresh)
+        assert entered.wait(60), "the catch-up never started"
+        start = time.monotonic()
+        ready, why = side.readiness()
+        assert time.monotonic() - start < PROMPTLY_S
+        assert not ready
+        assert why.startswith("catching up with the log: dense shard 0 at 0 of ")
+        assert "lexical shard 1 at 0 of " in why
+        assert not opening.done()  # it answered while the catch-up was still blocked
+        release.set()
+        opening.result(timeout=120)
+    try:
+        assert side.readiness() == (True, "ok")
+        hits = side.search(TENANT, "glacier valley", 10, "hybrid", False).hits
+        assert {h.chunk.doc_id for h in hits} == {f"d{n}" for n in range(DOCS)}
+    finally:
+        side.close()
