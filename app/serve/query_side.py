@@ -5,7 +5,9 @@
   `chunks.<generation>` into this replica's node-local directory and caught up every
   REFRESH_S, far inside the freshness bound. Hits get their text from the shard replicas.
 - cluster: the Router fans out through handles to Shard<i> (vectors and their chunks' text),
-  Lexical (the BM25 view), QueryEmbedder (batched) and Reranker deployments.
+  Lexical (the BM25 view), QueryEmbedder (batched) and Reranker deployments; every call fails
+  over to another replica within a bound (app.serve.failover) instead of waiting on a replica
+  whose node went away.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +23,7 @@ from ray.serve.handle import DeploymentHandle
 
 from ragindex.app.answers import answer_service
 from ragindex.app.engine import open_lexical
+from ragindex.app.serve import failover
 from ragindex.app.serve.data_plane import open_log, plane_topics
 from ragindex.app.serve.pools import RemoteEmbedder, RemoteReranker
 from ragindex.app.serve.threads import limit_threads
@@ -270,28 +274,32 @@ class RemoteDenseIndex(_ReadOnlyDense):
         identity: ModelIdentity,
         access: TermExpr | None = None,
     ) -> list[ScoredId]:
-        pending = [
-            s.search.remote(query_vector, top_k, tenant_id, identity, access) for s in self.shards
-        ]
-        return merge_by_score([p.result() for p in pending], top_k)
+        results = failover.call_all(
+            [
+                partial(s.search.remote, query_vector, top_k, tenant_id, identity, access)
+                for s in self.shards
+            ]
+        )
+        return merge_by_score(results, top_k)
 
     def get_chunks(self, tenant_id: str, chunk_ids: Sequence[str]) -> dict[str, Chunk]:
-        pending = [
-            self.shards[shard].get_chunks.remote(tenant_id, ids)
-            for shard, ids in by_shard(tenant_id, chunk_ids, len(self.shards)).items()
-        ]
         found: dict[str, Chunk] = {}
-        for p in pending:
-            found.update(p.result())
+        for chunks in failover.call_all(
+            [
+                partial(self.shards[shard].get_chunks.remote, tenant_id, ids)
+                for shard, ids in by_shard(tenant_id, chunk_ids, len(self.shards)).items()
+            ]
+        ):
+            found.update(chunks)
         return found
 
     def count(self, tenant_id: str) -> int:
-        pending = [s.count.remote(tenant_id) for s in self.shards]
-        return sum(int(p.result()) for p in pending)
+        counts = failover.call_all([partial(s.count.remote, tenant_id) for s in self.shards])
+        return sum(int(c) for c in counts)
 
     def documents(self, tenant_id: str) -> int:
-        pending = [s.documents.remote(tenant_id) for s in self.shards]
-        return len(set().union(*(p.result() for p in pending)))
+        found = failover.call_all([partial(s.documents.remote, tenant_id) for s in self.shards])
+        return len(set().union(*found))
 
 
 class RemoteLexical:
@@ -307,10 +315,10 @@ class RemoteLexical:
     def search(
         self, query: str, top_k: int, tenant_id: str, access: TermExpr | None = None
     ) -> list[ScoredId]:
-        return self.handle.search.remote(query, top_k, tenant_id, access).result()
+        return failover.call(partial(self.handle.search.remote, query, top_k, tenant_id, access))
 
     def count(self, tenant_id: str) -> int:
-        return int(self.handle.count.remote(tenant_id).result())
+        return int(failover.call(partial(self.handle.count.remote, tenant_id)))
 
     def close(self) -> None:
         return None

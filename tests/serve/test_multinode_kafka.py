@@ -25,10 +25,13 @@ from ragindex.lexical.es_server import free_port
 from ragindex.router.auth import TOKENS_FILE, create_token
 from ragindex.serve_config import AUTH_DIR_ENV, KAFKA_BOOTSTRAP_ENV, render_serve_config
 
+from .readiness import wait_running_and_ready
+
 pytestmark = [pytest.mark.serve, pytest.mark.kafka, pytest.mark.slow]
 
 APP = "ragindex-multinode"
 NODE_ROOT_ENV = "RAGINDEX_NODE_ROOT"  # ragindex.app.serve.data_plane.NODE_ROOT_ENV
+READY_BOUND_S = 600.0
 REROUTE_BOUND_S = 180.0  # Serve notices the dead replicas and starts new ones
 WAIT = {"wait": "true", "wait_timeout_s": "60"}
 DOCS = [
@@ -103,7 +106,7 @@ def multinode(tmp_path_factory: pytest.TempPathFactory, kafka_server: Any) -> It
         app = MultiNode(
             f"http://127.0.0.1:{port}", token, roots, kafka_server, cluster, config, node_env
         )
-        wait_ready(app)
+        wait_running_and_ready(app.client, APP, READY_BOUND_S)
         yield app
     finally:
         serve.shutdown()
@@ -128,26 +131,6 @@ def start_cluster(envs: list[dict[str, str]], attempts: int = 3) -> Any:
             if attempt == attempts - 1:
                 raise
     raise AssertionError("unreachable")
-
-
-def wait_ready(app: MultiNode, timeout_s: float = 600.0) -> None:
-    """Until the app is RUNNING and /readyz answers 200; fail fast if it failed to deploy."""
-    from ray import serve
-
-    deadline = time.monotonic() + timeout_s
-    with app.client() as client:
-        while time.monotonic() < deadline:
-            status = serve.status().applications.get(APP)
-            if status is not None and status.status == "DEPLOY_FAILED":
-                raise RuntimeError(f"{APP} failed to deploy: {status.message}")
-            if status is not None and status.status == "RUNNING":
-                try:
-                    if client.get("/readyz").status_code == 200:
-                        return
-                except httpx.TransportError:
-                    pass
-            time.sleep(0.5)
-    raise TimeoutError(f"{APP} not ready within {timeout_s} s: {serve.status()}")
 
 
 def search(client: httpx.Client, query: str, **kw: Any) -> list[dict[str, Any]]:
@@ -255,7 +238,7 @@ def test_node_removed_under_query_load_then_a_new_replica_bootstraps(
             break
         time.sleep(1)
     assert any((new_root / "replicas").glob("*/Shard*-*/shard")), "no replica on the new node"
-    wait_ready(multinode)
+    wait_running_and_ready(multinode.client, APP, READY_BOUND_S)
     with multinode.client() as client:
         for _ in range(20):  # requests spread over the replicas, the new ones included
             assert search(client, "glacier ice valley", k=1)[0]["doc_id"] == "d3"
@@ -278,12 +261,6 @@ def test_kafka_down_refuses_writes_and_keeps_searching(multinode: MultiNode) -> 
             kafka.start_broker()
 
 
-@pytest.mark.xfail(
-    reason="known: after the broker restarts, the ingest worker's next Kafka transaction"
-    " hangs in send_offsets_to_transaction holding the writer lock (KafkaLog.committed waits"
-    " behind it; reproduced at the log level in tests/log/test_kafka_log.py); not run: it hangs",
-    run=False,
-)
 def test_writes_resume_after_the_broker_returns(multinode: MultiNode) -> None:
     with multinode.client() as client:
         late = {"source": "wiki", "doc_id": "late", "title": "", "text": "zqlate arrives"}
