@@ -161,12 +161,6 @@ def test_shard_replicas_on_both_nodes_serve_what_was_ingested(multinode: MultiNo
     assert not (multinode.roots[0].parent / "unused").exists()  # nothing shared was written
 
 
-@pytest.mark.xfail(
-    reason="not yet: after the second node is removed, searches hang up to the client's"
-    " timeout instead of re-routing within the bound; under investigation (not run: it only"
-    " spends minutes of CI reaching that timeout)",
-    run=False,
-)
 def test_node_removed_under_query_load_then_a_new_replica_bootstraps(
     multinode: MultiNode, tmp_path: Path
 ) -> None:
