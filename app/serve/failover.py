@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import Any
 
 from ray.exceptions import RayActorError
 from ray.serve.handle import DeploymentResponse
@@ -21,7 +21,7 @@ from ragindex.errors import BackendUnavailable
 from ragindex.router.failover import FailoverPolicy, Fault, next_try
 
 log = logging.getLogger("ragindex.serve")
-T = TypeVar("T")
+Send = Callable[[], Any]  # sends a request: partial(handle.method.remote, *args)
 
 # Query-path calls: a healthy replica answers in milliseconds; a loaded box can take seconds.
 QUERY_FAILOVER = FailoverPolicy(try_timeout_s=5.0, budget_s=30.0)
@@ -38,27 +38,27 @@ def fault_of(error: BaseException) -> Fault:
     return Fault.REFUSED
 
 
-def call(send: Callable[[], DeploymentResponse[T]], policy: FailoverPolicy = QUERY_FAILOVER) -> T:
+def call(send: Send, policy: FailoverPolicy = QUERY_FAILOVER) -> Any:
     """The result of `send()`'s request, failed over per `policy` (see the module doc)."""
     return call_all([send], policy)[0]
 
 
-def call_all(
-    sends: Sequence[Callable[[], DeploymentResponse[T]]], policy: FailoverPolicy = QUERY_FAILOVER
-) -> list[T]:
+def call_all(sends: Sequence[Send], policy: FailoverPolicy = QUERY_FAILOVER) -> list[Any]:
     """Every request's result: all first tries are in flight together (a fan-out), and each
     fails over on its own, within the one budget."""
     started = time.monotonic()
-    first = [(send(), time.monotonic()) for send in sends]
+    first: list[tuple[DeploymentResponse[Any], float] | None] = [
+        (send(), time.monotonic()) for send in sends
+    ]
     return [_finish(send, sent, policy, started) for send, sent in zip(sends, first, strict=True)]
 
 
 def _finish(
-    send: Callable[[], DeploymentResponse[T]],
-    sent: tuple[DeploymentResponse[T], float] | None,
+    send: Send,
+    sent: tuple[DeploymentResponse[Any], float] | None,
     policy: FailoverPolicy,
     started: float,
-) -> T:
+) -> Any:
     fault: Fault | None = None
     last: Exception | None = None
     while True:

@@ -140,6 +140,32 @@ def search(client: httpx.Client, query: str, **kw: Any) -> list[dict[str, Any]]:
     return hits
 
 
+def assert_every_replica_reported(app: MultiNode, replicas: dict[str, int]) -> None:
+    import ray
+
+    from ragindex.app.serve.progress import RAY_NAMESPACE
+    from ragindex.generations import index_generation
+    from ragindex.log import KafkaLog
+    from ragindex.topics import chunks_topic
+
+    spec = RagIndexSpec.model_validate(app.config["applications"][0]["args"]["spec"])
+    generation = index_generation(spec)
+    namespace = app.config["applications"][0]["args"]["namespace"]
+    log = KafkaLog(app.kafka.bootstrap)
+    try:
+        topic = chunks_topic(namespace, APP, generation)
+        ends = {p: log.end_offset(topic, p) for p in range(spec.dense.shards)}
+    finally:
+        log.close()
+    registry = ray.get_actor(f"progress.{APP}.{generation}", namespace=RAY_NAMESPACE)
+    reports = ray.get(registry.reports.remote())
+    for view, count in replicas.items():
+        mine = {r.replica: r.offsets for r in reports if r.view == view}
+        assert len(mine) >= count, (view, mine)
+        for offsets in mine.values():  # a commit marker may follow the last record: end - 1
+            assert all(offsets[p] >= ends[p] - 1 > 0 for p in offsets), (view, offsets, ends)
+
+
 def test_shard_replicas_on_both_nodes_serve_what_was_ingested(multinode: MultiNode) -> None:
     from ray.util.state import list_actors
 
@@ -154,6 +180,9 @@ def test_shard_replicas_on_both_nodes_serve_what_was_ingested(multinode: MultiNo
         assert r.status_code == 202 and r.json()["applied"] is True, r.text
         top = search(client, "tower with a lamp guiding ships", k=3)[0]
         assert top["chunk_id"] == "wiki:d0:0" and "lighthouse" in top["text"]
+        # The wait covered every replica: each of the 2 x 2 shard replicas and the BM25 view
+        # reported, under its own id, offsets at or past what the write produced.
+        assert_every_replica_reported(multinode, {"Shard0": 2, "Shard1": 2, "Lexical": 1})
         stats = client.get("/v1/stats").json()
         assert stats["chunks"] == stats["dense_vectors"] == stats["lexical_docs"] == len(DOCS)
     for root in multinode.roots:  # each node built its own views, under its own root
