@@ -2,7 +2,8 @@
 
 Each replica consumes the chunks topic into the backend the spec names: Elasticsearch (the
 shared alias; replicas write the same idempotent upserts) or its own tantivy index in its
-node-local directory. Offsets are stored after each successful bulk write.
+node-local directory. Offsets are stored after each successful bulk write, and reported to
+the application's progress registry (for `?wait=true`).
 """
 
 from __future__ import annotations
@@ -15,11 +16,13 @@ from typing import Any
 from ray.serve.handle import DeploymentHandle
 
 from ragindex.app.serve.data_plane import open_log, plane_topics, replica_dir, replica_rank
+from ragindex.app.serve.progress import ProgressReporter
 from ragindex.app.serve.query_side import open_bm25_view
 from ragindex.app.serve.threads import ReplicaThread, refresh_forever
 from ragindex.config import RagIndexSpec
 from ragindex.errors import BackendUnavailable, InvalidInput
 from ragindex.filters import TermExpr
+from ragindex.generations import index_generation
 from ragindex.lexical.view import LexicalView
 from ragindex.serve_config import LEXICAL
 from ragindex.types import ScoredId
@@ -43,6 +46,7 @@ class LexicalServer:
         self.identity, _ = await embedder.describe.remote()
         self.thread = ReplicaThread("lexical")
         self.view: LexicalView | None = None
+        self.reporter = ProgressReporter(LEXICAL, index_generation(self.spec))
         self._refresher = asyncio.get_running_loop().create_task(
             refresh_forever(self.thread, self._refresh, "BM25 view catch-up failed")
         )
@@ -57,6 +61,7 @@ class LexicalServer:
                 self.spec, self.log, self.topics.chunks, self.directory, self.identity
             )
         self.view.catch_up()
+        self.reporter.report(dict(enumerate(self.view.offsets)))
 
     def _view(self) -> LexicalView:
         if self.view is None:
@@ -72,9 +77,6 @@ class LexicalServer:
 
     async def count(self, tenant_id: str) -> int:
         return await self.thread.run(lambda: self._view().index.count(tenant_id))
-
-    async def offsets(self) -> list[int]:
-        return list(self.view.offsets) if self.view is not None else [0] * self.topics.shards
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):

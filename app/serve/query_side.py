@@ -19,6 +19,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import ray
 from ray.serve.handle import DeploymentHandle
 
 from ragindex.app.answers import answer_service
@@ -26,17 +27,21 @@ from ragindex.app.engine import open_lexical
 from ragindex.app.serve import failover
 from ragindex.app.serve.data_plane import open_log, plane_topics
 from ragindex.app.serve.pools import RemoteEmbedder, RemoteReranker
+from ragindex.app.serve.progress import STALE_S, registry, running_replicas, this_replica
 from ragindex.app.serve.threads import limit_threads
 from ragindex.config import RagIndexSpec
 from ragindex.errors import BackendUnavailable, InvalidInput
 from ragindex.filters import TermExpr
+from ragindex.generations import index_generation
 from ragindex.hashing import shard_for
 from ragindex.lexical.view import LexicalView
 from ragindex.models.embedder import load_embedder
 from ragindex.models.reranker import load_reranker
 from ragindex.protocols import Embedder, Log, Vectors
 from ragindex.router.answer import Answer, AnswerService
+from ragindex.router.applied import every_replica_applied
 from ragindex.router.query import Access, QueryEngine, SearchResult
+from ragindex.serve_config import LEXICAL, shard_deployment_name
 from ragindex.shards.log_replica import LogShardReplica
 from ragindex.types import Chunk, ModelIdentity, ScoredId
 
@@ -208,11 +213,14 @@ class LocalQuerySide:
         self.view.catch_up()
         self.refreshed_at = time.monotonic()
 
-    def progress(self) -> dict[str, list[int]]:
-        """Chunk offsets every view of this replica has applied (for read-your-writes)."""
+    def applied(self, ends: list[int]) -> bool:
+        """Whether this replica's own views (every shard's replica and its BM25 view: all
+        that it searches) applied the chunk offsets `ends`, after catching up now."""
+        self.refresh()
         if self.dense is None or self.view is None:
-            return {"dense": [0] * self.spec.dense.shards, "lexical": [0] * self.spec.dense.shards}
-        return {"dense": self.dense.offsets(), "lexical": list(self.view.offsets)}
+            return False
+        views = (self.dense.offsets(), list(self.view.offsets))
+        return all(a >= end for offsets in views for a, end in zip(offsets, ends, strict=True))
 
     def search(
         self,
@@ -336,8 +344,8 @@ class ClusterQuerySide:
         reranker: DeploymentHandle | None,
     ) -> None:
         self.spec = spec
+        self.generation = index_generation(spec)
         self.shards = shards
-        self.lexical_handle = lexical
         self.dense = RemoteDenseIndex(shards, embedder.identity)
         self.lexical = RemoteLexical(lexical)
         self.answers: AnswerService | None = None
@@ -363,11 +371,20 @@ class ClusterQuerySide:
     def refresh(self) -> None:
         return None  # shard and lexical deployments catch up on their own
 
-    def progress(self) -> dict[str, list[int]]:
-        """Chunk offsets the Shard<i> replicas and the BM25 view have applied."""
-        pending = [s.offset.remote() for s in self.shards]
-        lexical = self.lexical_handle.offsets.remote()
-        return {"dense": [int(p.result()) for p in pending], "lexical": list(lexical.result())}
+    def applied(self, ends: list[int]) -> bool:
+        """Whether every running replica of every Shard<i> and of Lexical reported having
+        applied the chunk offsets `ends` (router.applied, app.serve.progress)."""
+        app, _ = this_replica()
+        reports = ray.get(
+            registry(app, self.generation).reports.remote(),
+            timeout=failover.QUERY_FAILOVER.try_timeout_s,
+        )
+        targets: dict[str, dict[int, int]] = {
+            shard_deployment_name(i): {i: end} for i, end in enumerate(ends)
+        }
+        targets[LEXICAL] = dict(enumerate(ends))
+        running = running_replicas(app, list(targets))
+        return every_replica_applied(reports, running, targets, STALE_S)
 
     def search(
         self,

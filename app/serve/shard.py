@@ -1,7 +1,8 @@
 """The Shard<i> deployment (cluster): one replica of one dense shard, a view of the log.
 
 It materializes partition i of `chunks.<generation>` (vectors and its chunks' text) into its
-own node-local directory, from its snapshot's offset or from 0, every REFRESH_S.
+own node-local directory, from its snapshot's offset or from 0, every REFRESH_S, and reports
+the offset it applied to the application's progress registry (for `?wait=true`).
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ from typing import Any
 from ray.serve.handle import DeploymentHandle
 
 from ragindex.app.serve.data_plane import open_log, plane_topics, replica_dir, replica_rank
+from ragindex.app.serve.progress import ProgressReporter
 from ragindex.app.serve.threads import ReplicaThread, limit_threads, refresh_forever
 from ragindex.config import RagIndexSpec
 from ragindex.errors import BackendUnavailable, InvalidInput
 from ragindex.filters import TermExpr
+from ragindex.generations import index_generation
 from ragindex.protocols import Vectors
 from ragindex.serve_config import shard_deployment_name
 from ragindex.shards.log_replica import LogShardReplica
@@ -48,6 +51,7 @@ class ShardServer:
         self.identity, _ = await embedder.describe.remote()
         self.thread = ReplicaThread(f"shard{shard}")
         self.replica: LogShardReplica | None = None
+        self.reporter = ProgressReporter(shard_deployment_name(shard), index_generation(self.spec))
         self._refresher = asyncio.get_running_loop().create_task(
             refresh_forever(self.thread, self._refresh, "shard catch-up failed")
         )
@@ -68,6 +72,7 @@ class ShardServer:
                 self.spec.dense.exact_threshold,
             )
         self.replica.catch_up()
+        self.reporter.report({self.shard: self.replica.offset})
 
     def _replica(self) -> LogShardReplica:
         if self.replica is None:
@@ -94,9 +99,6 @@ class ShardServer:
 
     async def documents(self, tenant_id: str) -> set[tuple[str, str]]:
         return await self.thread.run(lambda: self._replica().documents(tenant_id))
-
-    async def offset(self) -> int:
-        return self.replica.offset if self.replica is not None else 0
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):
