@@ -383,6 +383,8 @@ class ClusterQuerySide:
             shard_deployment_name(i): {i: end} for i, end in enumerate(ends)
         }
         targets[LEXICAL] = dict(enumerate(ends))
+        if not every_replica_applied(reports, {}, targets, STALE_S):
+            return False  # not even one replica per view: no need to ask Serve
         running = running_replicas(app, list(targets))
         return every_replica_applied(reports, running, targets, STALE_S)
 
