@@ -1,11 +1,12 @@
 """Where the cluster's view replicas report the chunk offsets they applied (router.applied).
 
 `ProgressRegistry` is a small named Ray actor per application and generation (no CPU), made by
-whichever replica needs it first. Every Shard<i> and Lexical replica reports after each
+whichever replica needs it first, detached from it (it outlives the replica that made it) and
+restarted by Ray if its node goes. Every Shard<i> and Lexical replica reports after each
 catch-up (`ProgressReporter`: when its offsets change, and at least every REPORT_EVERY_S as a
 heartbeat), under its Serve replica id. The Router's `?wait=true` reads the reports and asks
 Serve how many replicas each view runs. A registry lost with its node is made again by the
-next report, and is full again within REPORT_EVERY_S; until then a wait keeps waiting.
+next reports, and is full again within REPORT_EVERY_S; until then a wait keeps waiting.
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ def registry(app: str, generation: str) -> Any:
             name=f"progress.{app}.{generation}",
             namespace=RAY_NAMESPACE,
             get_if_exists=True,
+            lifetime="detached",
+            max_restarts=-1,
             num_cpus=0,
         )
         .remote()

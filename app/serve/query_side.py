@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import ray
+from ray.exceptions import GetTimeoutError, RayActorError
 from ray.serve.handle import DeploymentHandle
 
 from ragindex.app.answers import answer_service
@@ -58,6 +59,9 @@ def by_shard(tenant_id: str, chunk_ids: Sequence[str], shards: int) -> dict[int,
     for cid in chunk_ids:
         groups.setdefault(shard_for(tenant_id, cid, shards), []).append(cid)
     return groups
+
+
+REGISTRY_S = 2.0  # one poll of the progress registry; the wait polls again until its timeout
 
 
 class _ReadOnlyDense:
@@ -375,10 +379,10 @@ class ClusterQuerySide:
         """Whether every running replica of every Shard<i> and of Lexical reported having
         applied the chunk offsets `ends` (router.applied, app.serve.progress)."""
         app, _ = this_replica()
-        reports = ray.get(
-            registry(app, self.generation).reports.remote(),
-            timeout=failover.QUERY_FAILOVER.try_timeout_s,
-        )
+        try:
+            reports = ray.get(registry(app, self.generation).reports.remote(), timeout=REGISTRY_S)
+        except (GetTimeoutError, RayActorError):  # being made or restarted: not known yet
+            return False
         targets: dict[str, dict[int, int]] = {
             shard_deployment_name(i): {i: end} for i, end in enumerate(ends)
         }
