@@ -106,8 +106,12 @@ class ReplicaDenseIndex(_ReadOnlyDense):
     def count(self, tenant_id: str) -> int:
         return sum(r.count(tenant_id) for r in self.replicas)
 
+    def document_keys(self, tenant_id: str) -> set[tuple[str, str]]:
+        """(source, doc_id) of every document with chunks in these replicas."""
+        return set().union(*(r.documents(tenant_id) for r in self.replicas))
+
     def documents(self, tenant_id: str) -> int:
-        return len(set().union(*(r.documents(tenant_id) for r in self.replicas)))
+        return len(self.document_keys(tenant_id))
 
     def offsets(self) -> list[int]:
         return [r.offset for r in self.replicas]
@@ -309,9 +313,13 @@ class RemoteDenseIndex(_ReadOnlyDense):
         counts = failover.call_all([partial(s.count.remote, tenant_id) for s in self.shards])
         return sum(int(c) for c in counts)
 
-    def documents(self, tenant_id: str) -> int:
+    def document_keys(self, tenant_id: str) -> set[tuple[str, str]]:
+        """(source, doc_id) of every document with chunks in the Shard<i> replicas."""
         found = failover.call_all([partial(s.documents.remote, tenant_id) for s in self.shards])
-        return len(set().union(*found))
+        return set().union(*found)
+
+    def documents(self, tenant_id: str) -> int:
+        return len(self.document_keys(tenant_id))
 
 
 class RemoteLexical:

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from ragindex.config import RagIndexSpec
-from ragindex.lexical.es_server import free_port
+from ragindex.netutil import free_port
 from ragindex.serve_config import render_serve_config
 
 from .readiness import wait_running_and_ready
