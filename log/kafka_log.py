@@ -9,6 +9,13 @@
   `init_transactions` with that id, which bumps the producer epoch: the broker aborts the
   predecessor's open transaction and refuses its later writes (`WriterFenced`), so a zombie can
   never commit behind its successor's back.
+- Every transactional call runs under a hard deadline of its own (`_call`): librdkafka's
+  `send_offsets_to_transaction` can block past its timeout when the group coordinator it
+  cached went away, e.g. after a broker restart (librdkafka issues #5456 and #5511, open in
+  2.16). A call past its deadline fails the write as unavailable and its producer is
+  abandoned, never touched again; the next write starts a fresh producer with the same
+  transactional id, whose `init_transactions` fences the abandoned one and aborts what it
+  left open.
 - Reads use an assigned consumer per partition with `isolation.level=read_committed` and no
   auto-commit: aborted records and open transactions are never returned, `end_offset` is the
   last stable offset. Committed offsets live in Kafka's group offsets.
@@ -20,12 +27,13 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from confluent_kafka import (
     OFFSET_INVALID,
@@ -41,9 +49,13 @@ from ragindex.errors import BackendUnavailable, InvalidInput, OffsetOutOfRange, 
 from ragindex.log.validation import check_consumed, check_records, check_topic_name
 from ragindex.types import LogRecord
 
+log = logging.getLogger("ragindex.log")
+
 _READER_GROUP = "ragindex.readers"  # never commits: readers keep their own offsets
 _FENCED = {KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH, KafkaError._FENCED}
 _OUT_OF_RANGE = {KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE}
+_CALL_GRACE_S = 1.0  # beyond the client's own timeout, before a call counts as stuck
+_T = TypeVar("_T")
 
 
 class WriterFenced(RagIndexError):
@@ -56,6 +68,10 @@ class _Reader:
     lock: threading.Lock
     next_offset: int = -1
     at_end: bool = False
+
+
+class _Stuck(KafkaException):
+    """A client call did not return by its deadline; its producer must not be used again."""
 
 
 def _error_of(e: BaseException) -> KafkaError | None:
@@ -157,11 +173,39 @@ class KafkaLog:
             }
         )
         try:
-            producer.init_transactions(self.timeout_s)
+            self._call(producer.init_transactions, self.timeout_s)
         except KafkaException as e:
             raise self._unavailable("start a transactional producer", e) from e
         self._producers[transactional_id] = producer
         return producer
+
+    def _call(self, call: Callable[[float], _T], timeout_s: float) -> _T:
+        """`call(timeout_s)` in a thread of its own, returning or raising what it did, or
+        `_Stuck` once it runs past the timeout (plus grace): the caller stops waiting, and the
+        thread ends whenever the client returns (confluent-kafka releases the GIL while it
+        blocks, so the waiting thread is free)."""
+        outcome: list[tuple[bool, Any]] = []
+
+        def run() -> None:
+            try:
+                outcome.append((True, call(timeout_s)))
+            except BaseException as e:  # handed to the waiting thread as is
+                outcome.append((False, e))
+
+        thread = threading.Thread(target=run, name="ragindex-kafka-call", daemon=True)
+        thread.start()
+        thread.join(timeout_s + _CALL_GRACE_S)
+        if not outcome:
+            raise _Stuck(
+                KafkaError(
+                    KafkaError._TIMED_OUT,
+                    f"the Kafka client did not return within {timeout_s + _CALL_GRACE_S:.0f}s",
+                )
+            )
+        returned, value = outcome[0]
+        if not returned:
+            raise value
+        return value
 
     def _group(self, group: str) -> Consumer:
         with self._mutex:
@@ -356,14 +400,18 @@ class KafkaLog:
                         producer.poll(0.05)
             if group is not None:
                 positions = [TopicPartition(t, p, o) for (t, p), o in consumed.items()]
-                producer.send_offsets_to_transaction(
-                    positions, self._group(group).consumer_group_metadata(), self.timeout_s
+                metadata = self._group(group).consumer_group_metadata()
+                self._call(
+                    lambda timeout: producer.send_offsets_to_transaction(
+                        positions, metadata, timeout
+                    ),
+                    self.timeout_s,
                 )
             if producer.flush(self.timeout_s) or failures:
                 raise KafkaException(failures[0] if failures else KafkaError(KafkaError._TIMED_OUT))
             self._commit_transaction(producer)
         except KafkaException as e:
-            self._abort(transactional_id, producer)
+            self._abort(transactional_id, producer, e)
             error = _error_of(e)
             if error is not None and error.code() in _FENCED:
                 raise WriterFenced(
@@ -374,15 +422,21 @@ class KafkaLog:
         return offsets
 
     def _commit_transaction(self, producer: Producer) -> None:
-        producer.commit_transaction(self.timeout_s)
+        self._call(producer.commit_transaction, self.timeout_s)
 
-    def _abort(self, transactional_id: str, producer: Producer) -> None:
+    def _abort(self, transactional_id: str, producer: Producer, cause: KafkaException) -> None:
         """Abort the open transaction; a producer that cannot (broker gone, fenced, a fatal
-        error) is dropped, and the next one's init_transactions aborts what it left open."""
-        try:
-            producer.abort_transaction(self.timeout_s)
-        except KafkaException:
-            self._producers.pop(transactional_id, None)
+        error, a call stuck in it) is dropped, and the next one's init_transactions fences it
+        and aborts what it left open."""
+        if isinstance(cause, _Stuck):  # the stuck call still owns the producer: leave it be
+            log.warning("abandoning the producer of %s: %s", transactional_id, cause)
+        else:
+            try:
+                self._call(producer.abort_transaction, self.timeout_s)
+                return
+            except KafkaException:
+                pass
+        self._producers.pop(transactional_id, None)
 
     def truncate(self, topic: str, partition: int, before_offset: int) -> None:
         end = self.end_offset(topic, partition)
@@ -438,14 +492,11 @@ class KafkaLog:
 
     def committed(self, group: str, topic: str, partition: int) -> int:
         self._check_partition(topic, partition)
-        consumer = self._group(group)
-        with self._writing:
-            try:
-                (tp,) = consumer.committed(
-                    [TopicPartition(topic, partition)], timeout=self.timeout_s
-                )
-            except KafkaException as e:
-                raise self._unavailable(f"read group {group}'s offsets", e) from e
+        consumer = self._group(group)  # never behind a write: the commit is atomic
+        try:
+            (tp,) = consumer.committed([TopicPartition(topic, partition)], timeout=self.timeout_s)
+        except KafkaException as e:
+            raise self._unavailable(f"read group {group}'s offsets", e) from e
         return 0 if tp.offset == OFFSET_INVALID or tp.offset < 0 else int(tp.offset)
 
     def read(

@@ -7,7 +7,7 @@ to delete. Everything here is a function of data, so the layout is tested withou
 Index generation (`ragindex.generations.index_generation`): a short hash of the fields that
 need a rebuild (embedder identity, dense layout, chunking). Vectors of two models never mix
 (DESIGN.md invariant 2), so a new generation means a new RayService (and its own
-`chunks`/`manifest` topics) beside the old ones; the stable Service keeps pointing at the
+`chunks` topic) beside the old ones; the stable Service keeps pointing at the
 active generation until the new one reports ready, which is the alias swap
 at the network level.
 
@@ -44,7 +44,7 @@ from ragindex.serve_config import (
     render_serve_config,
     to_yaml,
 )
-from ragindex.topics import chunks_topic, docs_topic, manifest_topic
+from ragindex.topics import chunks_topic, docs_topic
 
 FIELD_MANAGER = "ragindex-operator"
 LABEL_INDEX = f"{GROUP}/index"
@@ -653,11 +653,6 @@ def render_managed_log(
             f"{name}-chunks-{generation}",
             chunks_topic(namespace, name, generation),
             spec.dense.shards,
-        ),
-        (
-            f"{name}-manifest-{generation}",
-            manifest_topic(namespace, name, generation),
-            log.docs_partitions,
         ),
     ]
     for object_name, topic, partitions in topics:

@@ -303,9 +303,9 @@ class GeneratorSpec(_Spec):
 
 
 class LogSpec(_Spec):
-    """Where the index's log (the `docs`, `chunks.<generation>` and `manifest.<generation>`
-    topics) lives. `embedded` is the file log in the data directory of one machine; the cluster
-    runtime needs `managed` or `external`."""
+    """Where the index's log (the `docs` and `chunks.<generation>` topics) lives. `embedded`
+    is the file log in the data directory of one machine; the cluster runtime needs `managed`
+    or `external`."""
 
     mode: Literal["embedded", "managed", "external"] = Field(
         "embedded",

@@ -76,6 +76,21 @@ def _deployment(
     return deployment
 
 
+def ingest_scaling(spec: RagIndexSpec) -> AutoscalingSpec:
+    """Ingest's autoscaling, capped at one replica per `docs` partition. Partitions go to
+    workers by Serve replica rank, not by a consumer-group rebalance: the `min_replicas` that
+    always run are the workers (rank r of n consumes the partitions p % n == r, so no partition
+    has two), and replicas the autoscaler adds above them accept writes but consume nothing."""
+    scaling = spec.scaling.ingest
+    most = spec.log.docs_partitions
+    return scaling.model_copy(
+        update={
+            "min_replicas": min(scaling.min_replicas, most),
+            "max_replicas": min(scaling.max_replicas, most),
+        }
+    )
+
+
 def deployment_layout(spec: RagIndexSpec, runtime: Runtime) -> list[dict[str, Any]]:
     """Which deployments exist, with their resources and scaling, for a runtime."""
     batch_ongoing = max(32, 2 * spec.embedder.batch_size)
@@ -113,7 +128,7 @@ def deployment_layout(spec: RagIndexSpec, runtime: Runtime) -> list[dict[str, An
             )
         )
     layout += [
-        _deployment(INGEST, cpus=1, autoscaling=spec.scaling.ingest, max_ongoing_requests=8),
+        _deployment(INGEST, cpus=1, autoscaling=ingest_scaling(spec), max_ongoing_requests=8),
         _deployment(
             INGEST_EMBEDDER,
             cpus=1,

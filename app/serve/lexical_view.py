@@ -2,7 +2,8 @@
 
 Each replica consumes the chunks topic into the backend the spec names: Elasticsearch (the
 shared alias; replicas write the same idempotent upserts) or its own tantivy index in its
-node-local directory. Offsets are stored after each successful bulk write.
+node-local directory. Offsets are stored after each successful bulk write, and reported to
+the application's progress registry (for `?wait=true`).
 """
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ from typing import Any
 from ray.serve.handle import DeploymentHandle
 
 from ragindex.app.serve.data_plane import open_log, plane_topics, replica_dir, replica_rank
+from ragindex.app.serve.progress import ProgressReporter
 from ragindex.app.serve.query_side import open_bm25_view
 from ragindex.app.serve.topic_view import TopicView
 from ragindex.config import RagIndexSpec
 from ragindex.filters import TermExpr
+from ragindex.generations import index_generation
 from ragindex.lexical.view import LexicalView
 from ragindex.serve_config import LEXICAL
 from ragindex.types import ScoredId
@@ -38,6 +41,7 @@ class LexicalServer:
         self.directory = replica_dir(Path(data_dir), self.spec, LEXICAL, replica_rank())
         self.log = open_log(Path(data_dir))
         self.identity, _ = await embedder.describe.remote()
+        reporter = ProgressReporter(LEXICAL, index_generation(self.spec))
         self.view: TopicView[LexicalView] = TopicView(
             "lexical",
             self.log,
@@ -46,6 +50,7 @@ class LexicalServer:
                 self.spec, self.log, self.topics.chunks, self.directory, self.identity
             ),
             "the BM25 index is still opening",
+            lambda view: reporter.report(dict(enumerate(view.offsets))),
         )
 
     async def search(
@@ -55,10 +60,6 @@ class LexicalServer:
 
     async def count(self, tenant_id: str) -> int:
         return await self.view.run(lambda v: v.index.count(tenant_id))
-
-    async def offsets(self) -> list[int]:
-        view = self.view.current
-        return list(view.offsets) if view is not None else [0] * self.topics.shards
 
     def __del__(self) -> None:
         self.view.close(lambda view: view.index.close())

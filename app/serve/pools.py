@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
+from ragindex.app.serve import failover
 from ragindex.app.serve.threads import limit_threads
 from ragindex.config import RagIndexSpec
 from ragindex.models.embedder import load_embedder
@@ -50,7 +52,9 @@ class RerankerPool:
 
 
 class RemoteEmbedder:
-    """Embedder protocol over a QueryEmbedder/IngestEmbedder deployment (blocking calls)."""
+    """Embedder protocol over a QueryEmbedder/IngestEmbedder deployment (blocking calls).
+    Query-time calls fail over (app.serve.failover); embedding passages for ingest does not:
+    a batch may take long, and a failed batch is retried from the committed offset anyway."""
 
     def __init__(self, handle: DeploymentHandle, identity: ModelIdentity, max_seq: int) -> None:
         self.handle = handle
@@ -58,14 +62,14 @@ class RemoteEmbedder:
         self.max_seq_length = max_seq
 
     def embed_queries(self, texts: Sequence[str]) -> Vectors:
-        rows = [self.handle.embed_query.remote(t) for t in texts]
-        return np.stack([r.result() for r in rows]).astype(np.float32)
+        rows = failover.call_all([partial(self.handle.embed_query.remote, t) for t in texts])
+        return np.stack(rows).astype(np.float32)
 
     def embed_passages(self, texts: Sequence[str]) -> Vectors:
         return self.handle.embed_passages.remote(list(texts)).result()
 
     def count_tokens(self, text: str) -> int:
-        return int(self.handle.count_tokens.remote(text).result())
+        return int(failover.call(partial(self.handle.count_tokens.remote, text)))
 
 
 class RemoteReranker:
@@ -73,4 +77,4 @@ class RemoteReranker:
         self.handle = handle
 
     def score(self, query: str, passages: Sequence[str]) -> list[float]:
-        return self.handle.score.remote(query, list(passages)).result()
+        return failover.call(partial(self.handle.score.remote, query, list(passages)))

@@ -5,7 +5,9 @@
   `chunks.<generation>` into this replica's node-local directory and caught up every
   REFRESH_S, far inside the freshness bound. Hits get their text from the shard replicas.
 - cluster: the Router fans out through handles to Shard<i> (vectors and their chunks' text),
-  Lexical (the BM25 view), QueryEmbedder (batched) and Reranker deployments.
+  Lexical (the BM25 view), QueryEmbedder (batched) and Reranker deployments; every call fails
+  over to another replica within a bound (app.serve.failover) instead of waiting on a replica
+  whose node went away.
 """
 
 from __future__ import annotations
@@ -13,26 +15,34 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError
 from ray.serve.handle import DeploymentHandle
 
 from ragindex.app.answers import answer_service
 from ragindex.app.engine import open_lexical
+from ragindex.app.serve import failover
 from ragindex.app.serve.data_plane import applied_target, open_log, plane_topics
 from ragindex.app.serve.pools import RemoteEmbedder, RemoteReranker
+from ragindex.app.serve.progress import STALE_S, registry, running_replicas, this_replica
 from ragindex.app.serve.threads import limit_threads
 from ragindex.config import RagIndexSpec
 from ragindex.errors import BackendUnavailable, InvalidInput
 from ragindex.filters import TermExpr
+from ragindex.generations import index_generation
 from ragindex.hashing import shard_for
 from ragindex.lexical.view import LexicalView
 from ragindex.models.embedder import load_embedder
 from ragindex.models.reranker import load_reranker
 from ragindex.protocols import Embedder, Log, Vectors
 from ragindex.router.answer import Answer, AnswerService
+from ragindex.router.applied import every_replica_applied
 from ragindex.router.query import Access, QueryEngine, SearchResult
+from ragindex.serve_config import LEXICAL, shard_deployment_name
 from ragindex.shards.log_replica import LogShardReplica
 from ragindex.types import Chunk, ModelIdentity, ScoredId
 
@@ -61,6 +71,9 @@ def by_shard(tenant_id: str, chunk_ids: Sequence[str], shards: int) -> dict[int,
     for cid in chunk_ids:
         groups.setdefault(shard_for(tenant_id, cid, shards), []).append(cid)
     return groups
+
+
+REGISTRY_S = 2.0  # one poll of the progress registry; the wait polls again until its timeout
 
 
 class _ReadOnlyDense:
@@ -240,11 +253,14 @@ class LocalQuerySide:
         self.view.catch_up()
         self.refreshed_at = time.monotonic()
 
-    def progress(self) -> dict[str, list[int]]:
-        """Chunk offsets every view of this replica has applied (for read-your-writes)."""
+    def applied(self, ends: list[int]) -> bool:
+        """Whether this replica's own views (every shard's replica and its BM25 view: all
+        that it searches) applied the chunk offsets `ends`, after catching up now."""
+        self.refresh()
         if self.dense is None or self.view is None:
-            return {"dense": [0] * self.spec.dense.shards, "lexical": [0] * self.spec.dense.shards}
-        return {"dense": self.dense.offsets(), "lexical": list(self.view.offsets)}
+            return False
+        views = (self.dense.offsets(), list(self.view.offsets))
+        return all(a >= end for offsets in views for a, end in zip(offsets, ends, strict=True))
 
     def search(
         self,
@@ -306,29 +322,33 @@ class RemoteDenseIndex(_ReadOnlyDense):
         identity: ModelIdentity,
         access: TermExpr | None = None,
     ) -> list[ScoredId]:
-        pending = [
-            s.search.remote(query_vector, top_k, tenant_id, identity, access) for s in self.shards
-        ]
-        return merge_by_score([p.result() for p in pending], top_k)
+        results = failover.call_all(
+            [
+                partial(s.search.remote, query_vector, top_k, tenant_id, identity, access)
+                for s in self.shards
+            ]
+        )
+        return merge_by_score(results, top_k)
 
     def get_chunks(self, tenant_id: str, chunk_ids: Sequence[str]) -> dict[str, Chunk]:
-        pending = [
-            self.shards[shard].get_chunks.remote(tenant_id, ids)
-            for shard, ids in by_shard(tenant_id, chunk_ids, len(self.shards)).items()
-        ]
         found: dict[str, Chunk] = {}
-        for p in pending:
-            found.update(p.result())
+        for chunks in failover.call_all(
+            [
+                partial(self.shards[shard].get_chunks.remote, tenant_id, ids)
+                for shard, ids in by_shard(tenant_id, chunk_ids, len(self.shards)).items()
+            ]
+        ):
+            found.update(chunks)
         return found
 
     def count(self, tenant_id: str) -> int:
-        pending = [s.count.remote(tenant_id) for s in self.shards]
-        return sum(int(p.result()) for p in pending)
+        counts = failover.call_all([partial(s.count.remote, tenant_id) for s in self.shards])
+        return sum(int(c) for c in counts)
 
     def document_keys(self, tenant_id: str) -> set[tuple[str, str]]:
         """(source, doc_id) of every document with chunks in the Shard<i> replicas."""
-        pending = [s.documents.remote(tenant_id) for s in self.shards]
-        return set().union(*(p.result() for p in pending))
+        found = failover.call_all([partial(s.documents.remote, tenant_id) for s in self.shards])
+        return set().union(*found)
 
     def documents(self, tenant_id: str) -> int:
         return len(self.document_keys(tenant_id))
@@ -347,10 +367,10 @@ class RemoteLexical:
     def search(
         self, query: str, top_k: int, tenant_id: str, access: TermExpr | None = None
     ) -> list[ScoredId]:
-        return self.handle.search.remote(query, top_k, tenant_id, access).result()
+        return failover.call(partial(self.handle.search.remote, query, top_k, tenant_id, access))
 
     def count(self, tenant_id: str) -> int:
-        return int(self.handle.count.remote(tenant_id).result())
+        return int(failover.call(partial(self.handle.count.remote, tenant_id)))
 
     def close(self) -> None:
         return None
@@ -368,8 +388,8 @@ class ClusterQuerySide:
         reranker: DeploymentHandle | None,
     ) -> None:
         self.spec = spec
+        self.generation = index_generation(spec)
         self.shards = shards
-        self.lexical_handle = lexical
         self.dense = RemoteDenseIndex(shards, embedder.identity)
         self.lexical = RemoteLexical(lexical)
         self.answers: AnswerService | None = None
@@ -398,11 +418,22 @@ class ClusterQuerySide:
     def refresh(self) -> None:
         return None  # shard and lexical deployments catch up on their own
 
-    def progress(self) -> dict[str, list[int]]:
-        """Chunk offsets the Shard<i> replicas and the BM25 view have applied."""
-        pending = [s.offset.remote() for s in self.shards]
-        lexical = self.lexical_handle.offsets.remote()
-        return {"dense": [int(p.result()) for p in pending], "lexical": list(lexical.result())}
+    def applied(self, ends: list[int]) -> bool:
+        """Whether every running replica of every Shard<i> and of Lexical reported having
+        applied the chunk offsets `ends` (router.applied, app.serve.progress)."""
+        app, _ = this_replica()
+        try:
+            reports = ray.get(registry(app, self.generation).reports.remote(), timeout=REGISTRY_S)
+        except (GetTimeoutError, RayActorError):  # being made or restarted: not known yet
+            return False
+        targets: dict[str, dict[int, int]] = {
+            shard_deployment_name(i): {i: end} for i, end in enumerate(ends)
+        }
+        targets[LEXICAL] = dict(enumerate(ends))
+        if not every_replica_applied(reports, {}, targets, STALE_S):
+            return False  # not even one replica per view: no need to ask Serve
+        running = running_replicas(app, list(targets))
+        return every_replica_applied(reports, running, targets, STALE_S)
 
     def search(
         self,

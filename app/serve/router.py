@@ -37,15 +37,6 @@ ANSWER_THREADS = 2
 WAIT_POLL_S = 0.02
 
 
-def views_caught_up(progress: dict[str, list[int]], ends: list[int]) -> bool:
-    """Whether every dense replica and the BM25 view reached the chunk offsets `ends`."""
-    return all(
-        applied >= end
-        for offsets in progress.values()
-        for applied, end in zip(offsets, ends, strict=True)
-    )
-
-
 class Router:
     """FastAPI ingress: auth, limits, the query path, and writes forwarded to Ingest."""
 
@@ -116,7 +107,9 @@ class Router:
 
     async def _wait(self, accepted: list[dict[str, Any]], wait_s: float | None) -> bool | None:
         """Read-your-writes: until the workers committed these `docs` offsets, then until every
-        view applied the chunk offsets that existed at that moment; False at the timeout."""
+        view applied the chunk offsets that existed at that moment (local: this replica's own;
+        cluster: every running replica of every shard and of the BM25 view); False at the
+        timeout."""
         if wait_s is None:
             return None
         deadline = time.monotonic() + wait_s
@@ -130,9 +123,7 @@ class Router:
                 await asyncio.sleep(WAIT_POLL_S)
         ends: list[int] = await self.ingest.chunk_ends.remote()
         while True:
-            await self.views.run(self.side.refresh)
-            progress = await self.views.run(self.side.progress)
-            if views_caught_up(progress, ends):
+            if await self.views.run(self.side.applied, ends):
                 return True
             if time.monotonic() > deadline:
                 return False
@@ -170,17 +161,13 @@ class Router:
         if not self.side.try_open():
             raise BackendUnavailable("the views are not open yet: no generation report")
 
-        def views_reached(chunk_offsets: list[int]) -> bool:
-            self.side.refresh()
-            return views_caught_up(self.side.progress(), chunk_offsets)
-
         report, self.report_goal = generation_report(
             self.report_log,
             self.topics,
             index_generation(self.spec),
             self.side,
             self.spec.generations.self_check_sample,
-            views_reached,
+            self.side.applied,  # every view caught up (cluster: every running replica)
             self.report_goal,
         )
         return report.to_json()

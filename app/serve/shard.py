@@ -1,7 +1,8 @@
 """The Shard<i> deployment (cluster): one replica of one dense shard, a view of the log.
 
 It materializes partition i of `chunks.<generation>` (vectors and its chunks' text) into its
-own node-local directory, from its snapshot's offset or from 0, every REFRESH_S.
+own node-local directory, from its snapshot's offset or from 0, every REFRESH_S, and reports
+the offset it applied to the application's progress registry (for `?wait=true`).
 """
 
 from __future__ import annotations
@@ -12,10 +13,12 @@ from typing import Any
 from ray.serve.handle import DeploymentHandle
 
 from ragindex.app.serve.data_plane import open_log, plane_topics, replica_dir, replica_rank
+from ragindex.app.serve.progress import ProgressReporter
 from ragindex.app.serve.threads import limit_threads
 from ragindex.app.serve.topic_view import TopicView
 from ragindex.config import RagIndexSpec
 from ragindex.filters import TermExpr
+from ragindex.generations import index_generation
 from ragindex.protocols import Vectors
 from ragindex.serve_config import shard_deployment_name
 from ragindex.shards.log_replica import LogShardReplica
@@ -44,6 +47,7 @@ class ShardServer:
         )
         self.log = open_log(Path(data_dir))
         self.identity, _ = await embedder.describe.remote()
+        reporter = ProgressReporter(shard_deployment_name(shard), index_generation(self.spec))
         self.replica: TopicView[LogShardReplica] = TopicView(
             f"shard{shard}",
             self.log,
@@ -58,6 +62,7 @@ class ShardServer:
                 self.spec.dense.exact_threshold,
             ),
             f"shard {shard} is still opening",
+            lambda replica: reporter.report({shard: replica.offset}),
         )
 
     async def search(
@@ -80,10 +85,6 @@ class ShardServer:
 
     async def documents(self, tenant_id: str) -> set[tuple[str, str]]:
         return await self.replica.run(lambda v: v.documents(tenant_id))
-
-    async def offset(self) -> int:
-        replica = self.replica.current
-        return replica.offset if replica is not None else 0
 
     def __del__(self) -> None:
         self.replica.close(lambda replica: replica.snapshot())

@@ -33,10 +33,12 @@ class TopicView(Generic[V]):
         topic: str,
         open_view: Callable[[], V],
         opening: str,
+        caught_up: Callable[[V], object] = lambda view: None,
     ) -> None:
         self.thread = ReplicaThread(thread_name)
         self.current: V | None = None
         self._log, self._topic, self._open_view, self._opening = log, topic, open_view, opening
+        self._caught_up = caught_up  # after every catch-up, before any search sees it
         self._refresher = asyncio.get_running_loop().create_task(
             refresh_forever(self.thread, self._refresh, f"catch-up failed ({topic})")
         )
@@ -49,6 +51,7 @@ class TopicView(Generic[V]):
                 return  # Ingest has not created the topics yet
             self.current = self._open_view()
         self.current.catch_up()
+        self._caught_up(self.current)
 
     def get(self) -> V:
         if self.current is None:

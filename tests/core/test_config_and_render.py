@@ -73,6 +73,20 @@ def test_cluster_layout_has_one_deployment_per_shard_and_separate_scaling():
     assert app["args"]["spec"]["dense"]["shards"] == 3
 
 
+def test_ingest_never_scales_past_one_replica_per_docs_partition():
+    spec = RagIndexSpec.model_validate(
+        {
+            "log": {"docsPartitions": 3},
+            "scaling": {"ingest": {"minReplicas": 5, "maxReplicas": 7}},
+        }
+    )
+    app = render_serve_config(spec, name="docs", data_dir="/d", runtime="cluster")["applications"][
+        0
+    ]
+    ingest = next(d for d in app["deployments"] if d["name"] == INGEST)["autoscaling_config"]
+    assert (ingest["min_replicas"], ingest["max_replicas"]) == (3, 3)
+
+
 def test_local_layout_colocates_the_query_path_on_fractional_cpus():
     app = render_serve_config(RagIndexSpec(), name="docs", data_dir="/d", runtime="local")[
         "applications"

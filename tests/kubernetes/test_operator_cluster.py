@@ -280,8 +280,8 @@ def test_example_is_applied_owned_and_follows_edits(
         assert meta["labels"]["ragindex.dev/index"] == "docs"
     assert es["spec"]["nodeSets"][0]["count"] == 3
     assert serve_deployments(rs) >= {"Shard0", "Shard3", "Reranker", "QueryEmbedder"}
-    # The log: three compacted topics, chunks partitioned by dense shard.
-    assert len(topics) == 3
+    # The log: two compacted topics (docs, chunks partitioned by dense shard), no manifest topic.
+    assert len(topics) == 2
     chunks = topics[f"ragindex.{ns}.docs.chunks.{gen}"]["spec"]
     assert (chunks["partitions"], chunks["replicas"]) == (4, 3)
     assert chunks["config"]["cleanup.policy"] == "compact"

@@ -33,7 +33,7 @@ from ragindex.serve_config import (
     KAFKA_PASSWORD_ENV,
     KAFKA_USERNAME_ENV,
 )
-from ragindex.topics import chunks_topic, docs_topic, manifest_topic
+from ragindex.topics import chunks_topic, docs_topic
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "ragindex.yaml"
 
@@ -94,9 +94,8 @@ def test_example_renders_every_kind_with_a_valid_serve_config() -> None:
         "Elasticsearch",
         "Kafka",
         "KafkaNodePool",
-        "KafkaTopic",
-        "KafkaTopic",
-        "KafkaTopic",
+        "KafkaTopic",  # docs
+        "KafkaTopic",  # chunks.<generation>; the manifest is derived from it, no topic
         "NetworkPolicy",
         "RayService",
         "Service",
@@ -260,15 +259,11 @@ def test_managed_log_renders_strimzi_kafka_and_the_index_topics() -> None:
     assert pool["replicas"] == 5 and sorted(pool["roles"]) == ["broker", "controller"]
 
     topics = {t["spec"]["topicName"]: t for t in by_kind(objects, "KafkaTopic")}
-    assert set(topics) == {
-        docs_topic("ns", "idx"),
-        chunks_topic("ns", "idx", gen),
-        manifest_topic("ns", "idx", gen),
-    }
+    # No manifest topic: the workers derive their manifest from the compacted chunks topic.
+    assert set(topics) == {docs_topic("ns", "idx"), chunks_topic("ns", "idx", gen)}
     partitions = {name: t["spec"]["partitions"] for name, t in topics.items()}
     assert partitions[docs_topic("ns", "idx")] == 6
     assert partitions[chunks_topic("ns", "idx", gen)] == 3  # one partition per dense shard
-    assert partitions[manifest_topic("ns", "idx", gen)] == 6  # partitioned like docs
     for topic in topics.values():
         assert topic["spec"]["replicas"] == 3
         assert topic["spec"]["config"] == {

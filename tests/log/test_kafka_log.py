@@ -129,11 +129,6 @@ def test_broker_down_is_unavailable_quickly_and_writes_resume(kafka_server: Kafk
     log.close()
 
 
-@pytest.mark.xfail(
-    run=False,  # it hangs: send_offsets_to_transaction ignores its timeout (issue 11)
-    reason="known: after the broker returns, the worker's first send_offsets_to_transaction"
-    " blocks past its 3 s timeout (seen > 100 s); under investigation",
-)
 def test_a_worker_transaction_fails_in_bound_and_resumes_after_the_broker_returns(
     kafka_server: KafkaServer,
 ) -> None:

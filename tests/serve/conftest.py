@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -15,6 +14,8 @@ import pytest
 from ragindex.config import RagIndexSpec
 from ragindex.netutil import free_port
 from ragindex.serve_config import render_serve_config
+
+from .readiness import wait_running_and_ready
 
 for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
@@ -65,26 +66,11 @@ def local_app(data_dir: Path, spec: RagIndexSpec) -> Iterator[ServedApp]:
         app = build_app(app_args(data_dir, spec.model_dump(mode="json", by_alias=True)))
         serve.run(app, name="ragindex", route_prefix="/")
         served = ServedApp(f"http://127.0.0.1:{port}", data_dir)
-        _wait_ready(served)
+        wait_running_and_ready(served.client, "ragindex", 300.0)
         yield served
     finally:
         serve.shutdown()
         ray.shutdown()
-
-
-def _wait_ready(served: ServedApp, timeout_s: float = 300.0) -> None:
-    import time
-
-    deadline = time.monotonic() + timeout_s
-    with served.client() as client:
-        while time.monotonic() < deadline:
-            try:
-                if client.get("/readyz").status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.25)
-    raise TimeoutError(f"{served.url} not ready within {timeout_s} s")
 
 
 CLUSTER_APP = "ragindex-cluster"
@@ -118,28 +104,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedApp]:
         assert client is not None
         client.deploy_apps(ServeDeploySchema.model_validate(config))
         app = ServedApp(f"http://127.0.0.1:{port}", data_dir)
-        _wait_running_and_ready(app, CLUSTER_APP)
+        wait_running_and_ready(app.client, CLUSTER_APP)
         yield app
     finally:
         serve.shutdown()
         ray.shutdown()
-
-
-def _wait_running_and_ready(app: ServedApp, name: str, timeout_s: float = 420.0) -> None:
-    """Until the app is RUNNING and /readyz says 200; fail fast if a deployment fails."""
-    from ray import serve
-
-    deadline = time.monotonic() + timeout_s
-    with app.client() as client:
-        while time.monotonic() < deadline:
-            status = serve.status().applications.get(name)
-            if status is not None and status.status == "DEPLOY_FAILED":
-                raise RuntimeError(f"{name} failed to deploy: {status.message}")
-            if status is not None and status.status == "RUNNING":
-                try:
-                    if client.get("/readyz").status_code == 200:
-                        return
-                except httpx.TransportError:
-                    pass
-            time.sleep(0.5)
-    raise TimeoutError(f"{name} not ready within {timeout_s} s: {serve.status()}")

@@ -1,0 +1,103 @@
+"""Where the cluster's view replicas report the chunk offsets they applied (router.applied).
+
+`ProgressRegistry` is a small named Ray actor per application and generation (no CPU), made by
+whichever replica needs it first, detached from it (it outlives the replica that made it) and
+restarted by Ray if its node goes. Every Shard<i> and Lexical replica reports after each
+catch-up (`ProgressReporter`: when its offsets change, and at least every REPORT_EVERY_S as a
+heartbeat), under its Serve replica id. The Router's `?wait=true` reads the reports and asks
+Serve how many replicas each view runs. A registry lost with its node is made again by the
+next reports, and is full again within REPORT_EVERY_S; until then a wait keeps waiting.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import ray
+
+from ragindex.router.applied import ViewReport
+
+log = logging.getLogger("ragindex.serve")
+
+REPORT_EVERY_S = 0.5
+STALE_S = 3.0  # several heartbeats: a replica silent for longer is not counted as caught up
+RAY_NAMESPACE = "ragindex"
+
+
+class ProgressRegistry:
+    """The latest report of every view replica, with when it came."""
+
+    def __init__(self) -> None:
+        self._reports: dict[tuple[str, str], tuple[dict[int, int], float]] = {}
+
+    def report(self, view: str, replica: str, offsets: dict[int, int]) -> None:
+        self._reports[(view, replica)] = (offsets, time.monotonic())
+
+    def reports(self) -> list[ViewReport]:
+        now = time.monotonic()
+        return [
+            ViewReport(view, replica, offsets, now - at)
+            for (view, replica), (offsets, at) in self._reports.items()
+        ]
+
+
+def registry(app: str, generation: str) -> Any:
+    """The application's registry actor, made if absent."""
+    return (
+        ray.remote(ProgressRegistry)
+        .options(
+            name=f"progress.{app}.{generation}",
+            namespace=RAY_NAMESPACE,
+            get_if_exists=True,
+            lifetime="detached",
+            max_restarts=-1,
+            num_cpus=0,
+        )
+        .remote()
+    )
+
+
+def this_replica() -> tuple[str, str]:
+    """(application name, this replica's full id) inside a Serve replica."""
+    from ray import serve
+
+    replica_id = serve.get_replica_context().replica_id
+    return replica_id.deployment_id.app_name, replica_id.to_full_id_str()
+
+
+class ProgressReporter:
+    """Reports one view replica's applied offsets (called on its worker thread)."""
+
+    def __init__(self, view: str, generation: str) -> None:
+        self.view = view
+        self.generation = generation
+        self._last: dict[int, int] | None = None
+        self._sent_at = 0.0
+
+    def report(self, offsets: Mapping[int, int]) -> None:
+        now = time.monotonic()
+        if dict(offsets) == self._last and now - self._sent_at < REPORT_EVERY_S:
+            return
+        try:
+            app, replica = this_replica()
+            registry(app, self.generation).report.remote(self.view, replica, dict(offsets))
+        except Exception as err:  # reporting never stops serving; waits just wait longer
+            log.warning("could not report %s's progress: %s", self.view, err)
+            return
+        self._last, self._sent_at = dict(offsets), now
+
+
+def running_replicas(app: str, views: list[str]) -> dict[str, int]:
+    """How many replicas Serve runs for each of `views` (deployments of `app`)."""
+    from ray import serve
+    from ray.serve.schema import ReplicaState
+
+    deployments = serve.status().applications[app].deployments
+    return {
+        view: int(deployments[view].replica_states.get(ReplicaState.RUNNING, 0))
+        for view in views
+        if view in deployments
+    }

@@ -1,0 +1,53 @@
+"""Read-your-writes over every replica of every view (pure: no servers)."""
+
+from __future__ import annotations
+
+from ragindex.router.applied import ViewReport, every_replica_applied
+
+TARGETS = {"Shard0": {0: 5}, "Shard1": {1: 3}, "Lexical": {0: 5, 1: 3}}
+RUNNING = {"Shard0": 2, "Shard1": 2, "Lexical": 1}
+STALE_S = 3.0
+
+
+def everyone(age_s: float = 0.1) -> list[ViewReport]:
+    return [
+        ViewReport("Shard0", "a", {0: 5}, age_s),
+        ViewReport("Shard0", "b", {0: 7}, age_s),
+        ViewReport("Shard1", "c", {1: 3}, age_s),
+        ViewReport("Shard1", "d", {1: 3}, age_s),
+        ViewReport("Lexical", "e", {0: 5, 1: 4}, age_s),
+    ]
+
+
+def test_applied_once_every_running_replica_reported_the_offsets() -> None:
+    assert every_replica_applied(everyone(), RUNNING, TARGETS, STALE_S)
+
+
+def test_one_replica_behind_keeps_the_write_unapplied() -> None:
+    reports = everyone()
+    reports[1] = ViewReport("Shard0", "b", {0: 4}, 0.1)
+    assert not every_replica_applied(reports, RUNNING, TARGETS, STALE_S)
+
+
+def test_the_bm25_view_must_have_every_partition() -> None:
+    reports = [*everyone()[:4], ViewReport("Lexical", "e", {0: 5, 1: 2}, 0.1)]
+    assert not every_replica_applied(reports, RUNNING, TARGETS, STALE_S)
+
+
+def test_a_running_replica_that_never_reported_keeps_it_unapplied() -> None:
+    assert not every_replica_applied(everyone()[1:], RUNNING, TARGETS, STALE_S)
+    assert not every_replica_applied(everyone(), {**RUNNING, "Lexical": 2}, TARGETS, STALE_S)
+
+
+def test_stale_reports_do_not_count() -> None:
+    assert not every_replica_applied(everyone(age_s=STALE_S + 1), RUNNING, TARGETS, STALE_S)
+
+
+def test_two_reports_of_one_replica_count_once() -> None:
+    reports = [r for r in everyone() if r.replica != "b"]
+    reports.append(ViewReport("Shard0", "a", {0: 6}, 0.05))
+    assert not every_replica_applied(reports, RUNNING, TARGETS, STALE_S)
+
+
+def test_a_view_with_no_running_replica_still_needs_one_report() -> None:
+    assert not every_replica_applied(everyone()[:4], {**RUNNING, "Lexical": 0}, TARGETS, STALE_S)
