@@ -253,13 +253,19 @@ class LocalQuerySide:
         self.view.catch_up()
         self.refreshed_at = time.monotonic()
 
+    def progress(self) -> dict[str, list[int]]:
+        """Chunk offsets every view of this replica has applied, per shard partition."""
+        if self.dense is None or self.view is None:
+            return {"dense": [0] * self.spec.dense.shards, "lexical": [0] * self.spec.dense.shards}
+        return {"dense": self.dense.offsets(), "lexical": list(self.view.offsets)}
+
     def applied(self, ends: list[int]) -> bool:
         """Whether this replica's own views (every shard's replica and its BM25 view: all
         that it searches) applied the chunk offsets `ends`, after catching up now."""
         self.refresh()
         if self.dense is None or self.view is None:
             return False
-        views = (self.dense.offsets(), list(self.view.offsets))
+        views = self.progress().values()
         return all(a >= end for offsets in views for a, end in zip(offsets, ends, strict=True))
 
     def search(
