@@ -30,6 +30,7 @@ from ragindex.operator.render import (
     KAFKA,
     KAFKA_NODE_POOL,
     KAFKA_TOPIC,
+    KAFKA_USER,
     LABEL_INDEX,
     LABEL_MANAGED_BY,
     MANAGED_KINDS,
@@ -52,6 +53,7 @@ KafkaNodePool = create_namespaced_resource(
     "kafka.strimzi.io", "v1", "KafkaNodePool", "kafkanodepools"
 )
 KafkaTopic = create_namespaced_resource("kafka.strimzi.io", "v1", "KafkaTopic", "kafkatopics")
+KafkaUser = create_namespaced_resource("kafka.strimzi.io", "v1", "KafkaUser", "kafkausers")
 
 RESOURCES: dict[tuple[str, str], type[NamespacedResource]] = {
     CONFIG_MAP: ConfigMap,
@@ -63,6 +65,7 @@ RESOURCES: dict[tuple[str, str], type[NamespacedResource]] = {
     KAFKA: Kafka,
     KAFKA_NODE_POOL: KafkaNodePool,
     KAFKA_TOPIC: KafkaTopic,
+    KAFKA_USER: KafkaUser,
 }
 
 
