@@ -30,6 +30,7 @@ MAX_EXAMPLES = 30  # per operation and phase: ~500 cases, a few minutes on 2 bus
 SEED = 14
 
 
+@pytest.mark.timeout(1800)  # the run's own limit (1500 s) plus the served app's start
 def test_schemathesis_finds_no_contract_failure(served: ServedApp, tmp_path: Path) -> None:
     token = create_token(served.data_dir, "contract")
     command = [
