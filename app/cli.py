@@ -260,6 +260,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--metadata", action="store_true", help="the same with a metadata range filter"
     )
     b.add_argument("--queries", type=int, default=200)
+    b.add_argument(
+        "--exact-threshold",
+        type=int,
+        help="partitions up to this size are searched exactly (default: the spec's); lower it"
+        " to run the HNSW paths on a small --vectors (CI does)",
+    )
     b.set_defaults(run=_lazy("ragindex.app.bench_cli", "bench_filtered_command"))
     b = bench.add_parser("serve", help="HTTP vs in-process search, freshness, ingest throughput")
     b.add_argument("--chunks", type=int, default=100_000)
@@ -272,6 +278,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--docs", type=int, default=500, help="Cranfield documents to replay")
     b.add_argument("--spec", type=Path, help="RagIndex spec YAML (the embedder, chunking)")
     b.add_argument("--json", type=Path)
+    b.add_argument("--check", action="store_true", help=CHECK_HELP)
     b.set_defaults(run=_lazy("ragindex.app.bench_backfill", "bench_backfill_command"))
     b = bench.add_parser("bm25", help="BM25 on Elasticsearch vs the embedded backend")
     b.add_argument("--json", type=Path)
@@ -291,6 +298,12 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--serve-chunks", type=int, help="HTTP benchmark size (default --vectors)")
     b.add_argument("--threads", type=int, default=1, help="FAISS and torch threads")
     b.add_argument("--skip", action="append", choices=["es", "serve"], default=[])
+    b.add_argument(
+        "--only",
+        action="append",
+        choices=["dense_curve", "filtered", "query_path", "peers", "serve"],
+        help="rerun only this section (repeatable) into the existing --json, same options",
+    )
     b.add_argument("--check", action="store_true", help=CHECK_HELP)
     b.set_defaults(run=_lazy("ragindex.app.gate_cli", "bench_suite_command"))
 

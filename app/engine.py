@@ -24,6 +24,7 @@ import yaml
 
 from ragindex.config import RagIndexSpec
 from ragindex.errors import IdentityMismatch, InvalidInput
+from ragindex.generations import index_generation
 from ragindex.ingest.pipeline import IngestPipeline
 from ragindex.ingest.store import ChunkStore
 from ragindex.lexical import FieldBoosts, TantivyIndex, TenantIndexes
@@ -72,8 +73,10 @@ def open_lexical(
 ) -> LexicalIndex:
     """The BM25 leg the spec asks for: tantivy in the data dir, or an Elasticsearch alias.
 
-    On Elasticsearch the concrete index is named after the embedder identity's fingerprint,
-    so a new generation is built beside the old one and the alias stamps the identity too.
+    On Elasticsearch the concrete index is named after the index generation (embedder
+    identity, dense layout, chunking), so a new generation is built beside the old one; the
+    alias is what searches read, moved at promotion. The index is stamped with the embedder
+    identity (its mapping's `_meta`).
     """
     boosts = FieldBoosts(title=spec.lexical.title_boost, body=spec.lexical.body_boost)
     rm3 = spec.feedback.rm3
@@ -93,7 +96,8 @@ def open_lexical(
             spec.lexical.elasticsearch_url, spec.lexical.request_timeout_s, elasticsearch_auth()
         ),
         alias=spec.lexical.elasticsearch_alias,
-        generation=identity.fingerprint(),
+        generation=index_generation(spec),
+        stamp={"embedder": identity.to_dict()},
         timeout_s=spec.lexical.request_timeout_s,
         refresh_interval_s=min(1.0, spec.freshness_s),
         boosts=boosts,

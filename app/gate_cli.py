@@ -10,6 +10,7 @@ vs in-process); the gate's decision is ragindex.evals.gate.compare. Cranfield is
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import re
 import sqlite3
@@ -37,7 +38,7 @@ from ragindex.evals.collections import Collection
 from ragindex.evals.gate import Tolerances, check_measurement, compare, gate_table
 from ragindex.evals.runner import DEFAULT_TENANT
 from ragindex.lexical.documents import BODY_FIELD, TITLE_FIELD
-from ragindex.measure import markdown_table
+from ragindex.measure import markdown_table, missed_goals
 from ragindex.shards.replica import ShardReplica
 from ragindex.shards.sharded import shard_dir
 
@@ -324,36 +325,96 @@ def peer_ratios(suite: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def bench_suite_command(args: argparse.Namespace) -> int:
-    """Every benchmark in one run: JSON, plots and a summary table."""
-    threads = int(getattr(args, "threads", None) or 1)
-    bs.set_threads(threads)
+SECTIONS = ("dense_curve", "filtered", "query_path", "peers", "serve")
+_SKIPPED_BY = {"es": "peers", "serve": "serve"}
+
+
+def suite_sections(args: argparse.Namespace) -> dict[str, Callable[[], Any]]:
+    """The suite's sections in run order, each a runner of its part of the JSON."""
     n = int(getattr(args, "vectors", None) or 100_000)
-    skip = set(getattr(args, "skip", None) or ())
     spec = RagIndexSpec()
     collection = resolve_collection("cranfield")
-    started = time.perf_counter()
-    suite: dict[str, Any] = {
-        "run": {**bs.environment(), "threads": threads, "vectors": n, "command": suite_argv(args)}
-    }
-    vectors, queries = bs.synthetic_vectors(n, SUITE_QUERIES)
-    _section(suite, "dense_curve", lambda: bs.ef_sweep(vectors, queries, spec.dense))
-    from ragindex.shards.bench import run_filtered_bench
+    synthetic = functools.cache(lambda: bs.synthetic_vectors(n, SUITE_QUERIES))
 
-    _section(suite, "filtered", lambda: run_filtered_bench(vectors=n, queries=100))
-    _section(suite, "query_path", lambda: _query_path(collection, spec))
-    if "es" not in skip:
+    def filtered() -> Any:
+        from ragindex.shards.bench import run_filtered_bench
+
+        return run_filtered_bench(vectors=n, queries=100)
+
+    def peers() -> Any:
         es_n = min(n, int(getattr(args, "es_vectors", None) or 20_000))
-        _section(suite, "peers", lambda: _peers(collection, spec, vectors, queries, es_n))
-    if "serve" not in skip:
-        from ragindex.app.bench_serve import run_bench_serve
-        from ragindex.lexical.es_server import free_port
+        return _peers(collection, spec, *synthetic(), es_n)
 
-        chunks = int(getattr(args, "serve_chunks", None) or n)
-        _section(suite, "serve", lambda: run_bench_serve(chunks, None, free_port()))
-    suite["ratios"] = peer_ratios(suite)
-    suite["run"]["seconds"] = round(time.perf_counter() - started, 1)
+    def serve() -> Any:
+        from ragindex.app.bench_serve import run_bench_serve
+        from ragindex.netutil import free_port
+
+        return run_bench_serve(int(getattr(args, "serve_chunks", None) or n), None, free_port())
+
+    return {
+        "dense_curve": lambda: bs.ef_sweep(*synthetic(), spec.dense),
+        "filtered": filtered,
+        "query_path": lambda: _query_path(collection, spec),
+        "peers": peers,
+        "serve": serve,
+    }
+
+
+def suite_missed_goals(suite: Mapping[str, Any]) -> list[str]:
+    """The goals `ragindex bench suite --check` holds, over every section that has numbers:
+    the filtered benchmark's recall, BM25 nDCG@10 agreement of Elasticsearch and tantivy, and
+    the serving goals of `bench serve`."""
+    from ragindex.app.bench_cli import BM25_GOALS, FILTERED_RECALL_GOAL, filtered_missed_goals
+
+    missed = [
+        f"filtered {m}"
+        for m in filtered_missed_goals(suite.get("filtered", {}), FILTERED_RECALL_GOAL)
+    ]
+    bm25 = suite.get("peers", {}).get("bm25", {})
+    if "bm25" in bm25:
+        missed += [f"peers.bm25 {m}" for m in missed_goals(bm25, BM25_GOALS)]
+    missed += [f"serve {m}" for m in suite.get("serve", {}).get("missed_goals", [])]
+    return missed
+
+
+def bench_suite_command(args: argparse.Namespace) -> int:
+    """Every benchmark in one run: JSON, plots and a summary table. With `--only SECTION`
+    (repeatable), only those sections run again, with the same options as the JSON's run, and
+    replace theirs in it (the box may be too busy for the whole suite at once)."""
+    threads = int(getattr(args, "threads", None) or 1)
+    bs.set_threads(threads)
+    only = list(getattr(args, "only", None) or ())
+    skipped = {_SKIPPED_BY[s] for s in getattr(args, "skip", None) or ()}
     json_path = Path(getattr(args, "json", None) or DEFAULT_SUITE_JSON)
+    started = time.perf_counter()
+    command = suite_argv(args)
+    if only:
+        suite = read_json(json_path)
+        recorded = suite.get("run", {})
+        was = suite_sizes(
+            recorded.get("command") or suite_argv(argparse.Namespace(**_sizes(recorded)))
+        )
+        now = suite_sizes(command)
+        if was != now:
+            raise InvalidInput(
+                f"{json_path} was measured with {was}; rerun sections with the same options"
+                f" (asked: {now}) or run the whole suite"
+            )
+        run_names = [name for name in SECTIONS if name in only]
+    else:
+        n = int(getattr(args, "vectors", None) or 100_000)
+        suite = {"run": {**bs.environment(), "threads": threads, "vectors": n, "command": command}}
+        run_names = [name for name in SECTIONS if name not in skipped]
+    runners = suite_sections(args)
+    for name in run_names:
+        _section(suite, name, runners[name])
+    suite["ratios"] = peer_ratios(suite)
+    seconds = round(time.perf_counter() - started, 1)
+    if only:
+        rerun = {"sections": run_names, "seconds": seconds, "command": command}
+        suite["run"]["reruns"] = [*suite["run"].get("reruns", []), rerun]
+    else:
+        suite["run"]["seconds"] = seconds
     write_json(json_path, suite)
     plots = Path(getattr(args, "plots", None) or DOCS_DIR / "img")
     for path in render_plots(suite, plots):
@@ -361,13 +422,26 @@ def bench_suite_command(args: argparse.Namespace) -> int:
     print(suite_summary(suite))
     failed = [k for k, v in suite.items() if isinstance(v, dict) and "error" in v]
     failed += [f"peers.{k}" for k, v in suite.get("peers", {}).items() if "error" in v]
-    missed = suite.get("serve", {}).get("missed_goals", [])
+    missed = suite_missed_goals(suite)
     for line in missed:
-        print(f"missed goal: serve {line}")
+        print(f"missed goal: {line}")
     if failed:
         print(f"SUITE FAILED: sections {failed} raised (see the JSON's 'error' entries)")
         return 1
     return 1 if getattr(args, "check", False) and missed else 0
+
+
+def suite_sizes(argv: Sequence[str]) -> dict[str, int]:
+    """What sizes the numbers of a suite command line: --vectors, --es-vectors, --serve-chunks
+    and --threads, with their defaults filled in."""
+    given = dict(zip(argv[3::2], argv[4::2], strict=False))
+    vectors = int(given.get("--vectors", 100_000))
+    return {
+        "vectors": vectors,
+        "es_vectors": int(given.get("--es-vectors", 20_000)),
+        "serve_chunks": int(given.get("--serve-chunks", vectors)),
+        "threads": int(given.get("--threads", 1)),
+    }
 
 
 def suite_argv(args: argparse.Namespace) -> list[str]:
@@ -385,6 +459,8 @@ def suite_argv(args: argparse.Namespace) -> list[str]:
             argv += [flag, str(value)]
     for skipped in getattr(args, "skip", None) or ():
         argv += ["--skip", skipped]
+    for section in getattr(args, "only", None) or ():
+        argv += ["--only", section]
     return argv
 
 
@@ -581,6 +657,13 @@ def render_markdown(
         + ". The box is shared with other work: compare ratios, not absolute times.",
         "",
     ]
+    for rerun in run.get("reruns", []):
+        md += [
+            f"Rerun alone since, with the same options, in {rerun['seconds']} s: "
+            + ", ".join(rerun["sections"])
+            + f" (`{' '.join(rerun['command'])}`).",
+            "",
+        ]
     dense = suite.get("dense_curve", {})
     if "points" in dense:
         md += [

@@ -10,7 +10,8 @@ On one machine (the file log in the data directory):
 3. Verification (`ragindex.generations.promotion_failures`): the backfill reached the end of
    `docs`, each tenant's live documents all have chunks in the new generation's views, and the
    self-check: each sampled document's title retrieves it in the top 10 of the new dense leg.
-4. Promotion: one atomic write of the record; the old generation is retained for
+4. Promotion: on Elasticsearch the read alias moves to the new generation's index (one
+   `_aliases` call), then one atomic write of the record; the old generation is retained for
    `spec.generations.rollbackWindowHours` (`ragindex reindex --rollback`); generations past
    that window lose their `chunks` topic and replica directories at the next promotion. A
    failed check leaves the old generation serving, marks the new one failed with the reason,
@@ -19,13 +20,14 @@ On one machine (the file log in the data directory):
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import time
-from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ragindex.app.engine import elasticsearch_auth
 from ragindex.app.generations import read_record, write_record
 from ragindex.app.serve.data_plane import (
     DEFAULT_NAMESPACE,
@@ -34,12 +36,12 @@ from ragindex.app.serve.data_plane import (
     plane_topics,
     replica_dir,
 )
+from ragindex.app.serve.generation_report import gather_evidence
 from ragindex.app.serve.query_side import LocalQuerySide, SerializedEmbedder
 from ragindex.app.serve_cli import APP_NAME
 from ragindex.config import RagIndexSpec
 from ragindex.errors import InvalidInput
 from ragindex.generations import (
-    SELF_CHECK_TOP_K,
     GenerationRecord,
     PromotionEvidence,
     PromotionRefused,
@@ -50,14 +52,12 @@ from ragindex.generations import (
     promote,
     promotion_failures,
     rollback_target,
-    self_check_sample,
     start_building,
 )
-from ragindex.ingest.worker import DataPlaneTopics, IngestWorker
+from ragindex.ingest.worker import IngestWorker
+from ragindex.lexical.elasticsearch_index import ElasticsearchIndex, make_client
 from ragindex.models.embedder import load_embedder
 from ragindex.protocols import Embedder, Log
-from ragindex.records import DocKey, decode_document
-from ragindex.types import Document
 
 REINDEX_REPLICA = "reindex"
 BATCH = 64
@@ -74,25 +74,6 @@ class ReindexReport:
     self_check_sampled: int
     seconds: float
     failures: list[str] = field(default_factory=list)
-
-
-def live_documents(
-    log_: Log, topics: DataPlaneTopics, upto: dict[int, int]
-) -> dict[DocKey, Document]:
-    """The corpus as of `upto` (partition -> offset): each key's newest value, minus deletes."""
-    docs: dict[DocKey, Document | None] = {}
-    for partition, end in upto.items():
-        offset = log_.begin_offset(topics.docs, partition)
-        while offset < end:
-            records = log_.read(topics.docs, partition, offset, max_records=5000)
-            if not records:
-                break
-            for r in records:
-                if r.offset >= end:
-                    break
-                docs[DocKey.decode(r.key)] = None if r.value is None else decode_document(r.value)
-            offset = records[-1].offset + 1
-    return {k: d for k, d in docs.items() if d is not None}
 
 
 class Reindex:
@@ -180,6 +161,7 @@ class Reindex:
             write_record(self.data_dir, self.record)
             raise PromotionRefused(self.generation, failures)
         self.record = promote(self.record, self.generation, self.clock())
+        move_read_alias(self.spec, self.generation)  # Elasticsearch: one _aliases call
         write_record(self.data_dir, self.record)  # the switch: one atomic rename
         self.record = retire_expired(self.data_dir, self.log, self.clock())
         return ReindexReport(
@@ -193,36 +175,46 @@ class Reindex:
     def _evidence(self, side: LocalQuerySide) -> tuple[PromotionEvidence, dict[str, int]]:
         consumed = self._consumed()  # the backfill is paused: its views cover exactly this
         ends = self._ends()
-        corpus = live_documents(self.log, self.topics, consumed)
-        documents = Counter(k.tenant_id for k in corpus)
         side.refresh()
         if not side.try_open():
             raise InvalidInput(f"generation {self.generation} has no chunks topic")
-        assert side.dense is not None
-        indexed = {t: side.dense.documents(t) for t in documents}
-        sample = self_check_sample(
-            [k.encode() for k, d in corpus.items() if d.title.strip()],
+        evidence = gather_evidence(
+            self.log,
+            self.topics,
+            side,
             self.spec.generations.self_check_sample,
+            consumed,
+            ends,
         )
-        missed = []
-        for key_bytes in sample:
-            key = DocKey.decode(key_bytes)
-            result = side.search(key.tenant_id, corpus[key].title, SELF_CHECK_TOP_K, "dense", False)
-            found = {(h.chunk.source, h.chunk.doc_id) for h in result.hits}
-            if (key.source, key.doc_id) not in found:
-                missed.append(key_bytes.decode())
-        evidence = PromotionEvidence(
-            docs_end=ends,
-            consumed=consumed,
-            documents=dict(documents),
-            indexed=indexed,
-            self_check_missed=missed,
-            self_check_sampled=len(sample),
-        )
-        return evidence, indexed
+        return evidence, dict(evidence.indexed)
 
     def close(self) -> None:
         self.log.close()
+
+
+@contextlib.contextmanager
+def _elasticsearch(spec: RagIndexSpec) -> Iterator[ElasticsearchIndex | None]:
+    """The spec's Elasticsearch alias (not opened: nothing is created), or None for tantivy."""
+    if spec.lexical.backend != "elasticsearch" or not spec.lexical.elasticsearch_url:
+        yield None
+        return
+    client = make_client(
+        spec.lexical.elasticsearch_url, spec.lexical.request_timeout_s, elasticsearch_auth()
+    )
+    index = ElasticsearchIndex(client, spec.lexical.elasticsearch_alias)
+    try:
+        yield index
+    finally:
+        client.close()
+
+
+def move_read_alias(spec: RagIndexSpec, generation: str) -> None:
+    """On Elasticsearch, point the read alias at the generation's index (one atomic
+    `_aliases` call); the previous index is kept for rollback. Nothing to do on tantivy,
+    whose index lives in each generation's replica directory."""
+    with _elasticsearch(spec) as es:
+        if es is not None:
+            es.swap_alias(generation)
 
 
 def retire_expired(data_dir: Path, log_: Log, now: float) -> GenerationRecord:
@@ -237,6 +229,9 @@ def retire_expired(data_dir: Path, log_: Log, now: float) -> GenerationRecord:
         spec = record.spec_of(generation)
         log_.delete_topic(plane_topics(spec, APP_NAME, DEFAULT_NAMESPACE).chunks)
         shutil.rmtree(replica_dir(data_dir, spec, REINDEX_REPLICA, 0).parent, ignore_errors=True)
+        with _elasticsearch(spec) as es:
+            if es is not None:
+                es.drop_generation(generation)
     if doomed:
         record = forget(record, doomed)
         write_record(data_dir, record)

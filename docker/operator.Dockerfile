@@ -25,6 +25,7 @@ COPY shards/ shards/
 COPY lexical/ lexical/
 COPY log/ log/
 COPY models/ models/
+COPY netutil/ netutil/
 COPY router/ router/
 COPY evals/ evals/
 COPY app/ app/

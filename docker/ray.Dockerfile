@@ -30,6 +30,7 @@ COPY --chown=ray:users shards/ shards/
 COPY --chown=ray:users lexical/ lexical/
 COPY --chown=ray:users log/ log/
 COPY --chown=ray:users models/ models/
+COPY --chown=ray:users netutil/ netutil/
 COPY --chown=ray:users router/ router/
 COPY --chown=ray:users evals/ evals/
 COPY --chown=ray:users app/ app/

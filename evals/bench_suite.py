@@ -30,7 +30,7 @@ from ragindex.config import DenseSpec, HnswSpec
 from ragindex.errors import InvalidInput
 from ragindex.evals.collections import Collection
 from ragindex.evals.runner import IngestFn, evaluate
-from ragindex.measure import percentiles
+from ragindex.measure import WARMUP_QUERIES, percentiles, split_warmup
 from ragindex.protocols import Vectors
 from ragindex.router.query import QueryEngine, SearchResult
 from ragindex.shards.bench import TopicModel
@@ -39,7 +39,6 @@ from ragindex.shards.sharded import ShardedDenseIndex, shard_dir
 from ragindex.types import Document, ModelIdentity
 
 DEFAULT_EF = (4, 8, 16, 32, 64, 128, 256)
-WARMUP_QUERIES = 10  # run untimed first, and left out of the timed set
 BENCH_TENANT = "bench"
 _UPSERT_BATCH = 5_000
 _VERSIONED = (
@@ -109,8 +108,7 @@ def stage_ratios(
     left out of the timed set."""
     if repeats < 1 or not floors:
         raise InvalidInput("stage_ratios needs floors and repeats >= 1")
-    if len(queries) <= warmup:
-        raise InvalidInput(f"need more than {warmup} queries (the warm-up), got {len(queries)}")
+    split_warmup(queries, warmup)  # refuses too few queries
     vectors = engine.embedder.embed_queries(list(queries))
     stage_ms: dict[str, list[float]] = {s: [] for s in floors}
     floor_ms: dict[str, list[float]] = {s: [] for s in floors}
@@ -255,12 +253,11 @@ def _time_recall(
 ) -> dict[str, float]:
     """Recall and latency over the queries after the first WARMUP_QUERIES, which are run
     untimed to warm caches and never timed."""
-    if len(queries) <= WARMUP_QUERIES:
-        raise InvalidInput(f"need more than {WARMUP_QUERIES} queries (the warm-up)")
-    for q in queries[:WARMUP_QUERIES]:
+    warm, timed = split_warmup(queries)
+    for q in warm:
         search(q[None, :])
     latencies, recalls = [], []
-    for q, t in zip(queries[WARMUP_QUERIES:], truth[WARMUP_QUERIES:], strict=True):
+    for q, t in zip(timed, truth[len(warm) :], strict=True):
         start = time.perf_counter()
         found = search(q[None, :])
         latencies.append((time.perf_counter() - start) * 1000)
@@ -323,11 +320,9 @@ def stage_latency(
     """Per-stage p50/p99 of hybrid searches through the query path (the engine's own
     `timings_ms`), the whole search, and, when given, each dense shard searched alone with the
     same query vector and candidate depth."""
-    if len(queries) <= WARMUP_QUERIES:
-        raise InvalidInput(f"stage_latency needs more than {WARMUP_QUERIES} queries")
-    for q in queries[:WARMUP_QUERIES]:
+    warm, queries = split_warmup(queries)
+    for q in warm:
         engine.search(tenant, q, k=k, mode="hybrid")
-    queries = queries[WARMUP_QUERIES:]
     stages: dict[str, list[float]] = {}
     total: list[float] = []
     for q in queries:

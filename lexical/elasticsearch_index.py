@@ -1,9 +1,11 @@
 """The production BM25 backend: Elasticsearch behind an alias, one concrete index per generation.
 
 - Searches go through the alias `<alias>`; writes go to the concrete index
-  `<alias>-<generation>` this object is bound to. A new generation (say, after a change of
-  chunking) is built beside the live one and `swap_alias` moves the alias in one `_aliases`
-  call (remove + add are atomic), then deletes the old index, so searches never see a gap.
+  `<alias>-<generation>` this object is bound to, one per index generation
+  (`ragindex.generations.index_generation`: a re-embed or a reshard never shares an index). A
+  new generation is built beside the live one and `swap_alias` moves the alias in one
+  `_aliases` call (remove + add are atomic), so searches never see a gap; the old index is
+  kept for rollback until `drop_generation` retires it.
 - The tenant is a `filter` clause inside a bool query (DESIGN.md invariant 1): it restricts
   without changing BM25 scores. Document `_id` = tenant + chunk id (`documents.doc_key`).
 - Freshness: writes use `refresh="wait_for"`, so a write returns once a refresh has made it
@@ -35,6 +37,7 @@ from elasticsearch import ApiError, Elasticsearch, NotFoundError
 from ragindex.config import Rm3Spec
 from ragindex.errors import BackendUnavailable, InvalidInput, RagIndexError
 from ragindex.filters import AllExpr, AnyTerm, TermExpr
+from ragindex.generations import alias_switch, lexical_index_name
 from ragindex.lexical.documents import (
     BODY_FIELD,
     FILTER_FIELD,
@@ -160,6 +163,7 @@ class ElasticsearchIndex:
         replicas: int = 0,
         boosts: FieldBoosts | None = None,
         rm3: Rm3Spec | None = None,
+        stamp: Mapping[str, Any] | None = None,
     ) -> None:
         if not isinstance(alias, str) or not ALIAS_RE.match(alias):
             raise InvalidInput(
@@ -177,6 +181,7 @@ class ElasticsearchIndex:
         self.refresh_interval_s = refresh_interval_s
         self.boosts = boosts or FieldBoosts()
         self.rm3 = rm3
+        self.stamp = dict(stamp or {})  # e.g. the embedder identity, in the index's `_meta`
         self._template = index_template(alias, refresh_interval_s, shards, replicas)
         self._admin_timeout_s = max(30.0, 10 * timeout_s)
 
@@ -196,7 +201,7 @@ class ElasticsearchIndex:
         return generation
 
     def index_name(self, generation: str | None = None) -> str:
-        return f"{self.alias}-{generation or self.generation}"
+        return lexical_index_name(self.alias, generation or self.generation)
 
     def _es(self, timeout_s: float) -> Elasticsearch:
         return self._client.options(request_timeout=timeout_s, max_retries=0)
@@ -237,7 +242,7 @@ class ElasticsearchIndex:
                 t,
                 lambda es, **kw: es.indices.create(**kw),
                 index=name,
-                mappings={"_meta": {"alias": self.alias, "generation": gen}},
+                mappings={"_meta": {**self.stamp, "alias": self.alias, "generation": gen}},
             )
         except ApiError as exc:
             if exc.error != "resource_already_exists_exception":
@@ -264,7 +269,9 @@ class ElasticsearchIndex:
         return sorted(found.body)
 
     def swap_alias(self, new_generation: str) -> None:
-        """Atomically point the alias at `<alias>-<new_generation>`, then drop the old index."""
+        """Atomically point the alias at `<alias>-<new_generation>` alone: one `_aliases` call
+        (`ragindex.generations.alias_switch`). The old index stays, for a rollback within the
+        rollback window; `drop_generation` deletes it when it is retired."""
         gen = self._check_generation(new_generation)
         new_index = self.index_name(gen)
         t = self._admin_timeout_s
@@ -273,15 +280,24 @@ class ElasticsearchIndex:
         )
         if not exists:
             raise InvalidInput(f"cannot swap alias {self.alias} to {new_index}: it does not exist")
-        old = [i for i in self._alias_targets() if i != new_index]
-        actions: list[dict[str, Any]] = [{"remove": {"index": i, "alias": self.alias}} for i in old]
-        actions.append({"add": {"index": new_index, "alias": self.alias}})
+        actions = alias_switch(self.alias, self._alias_targets(), new_index)
         self._call(
             "swap alias", t, lambda es, **kw: es.indices.update_aliases(**kw), actions=actions
         )
         self.generation = gen
-        for index in old:
-            self._call("delete index", t, lambda es, **kw: es.indices.delete(**kw), index=index)
+
+    def drop_generation(self, generation: str) -> None:
+        """Delete a retired generation's index; the one the alias reads is refused."""
+        name = self.index_name(self._check_generation(generation))
+        if name in self._alias_targets():
+            raise InvalidInput(f"{name} is what alias {self.alias} reads: it cannot be dropped")
+        with contextlib.suppress(NotFoundError):
+            self._call(
+                "delete index",
+                self._admin_timeout_s,
+                lambda es, **kw: es.indices.delete(**kw),
+                index=name,
+            )
 
     def _bulk(self, operations: list[dict[str, Any]], chunk_ids: list[str]) -> None:
         resp = self._call(

@@ -15,7 +15,6 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -26,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ragindex.errors import BackendUnavailable
+from ragindex.netutil import free_port
 
 ES_VERSION = "8.19.21"
 ES_USER = "ragindex-es"
@@ -72,13 +72,6 @@ def find_java_home() -> str:
         if Path(candidate, "bin", "java").exists():
             return candidate
     raise BackendUnavailable(f"no JDK 17+ found; set ES_JAVA_HOME (looked in {JDK_CANDIDATES})")
-
-
-def free_port() -> int:
-    """A port that was free a moment ago on loopback (the server binds it right after)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _ensure_user() -> pwd.struct_passwd:

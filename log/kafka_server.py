@@ -15,7 +15,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -26,6 +25,7 @@ from pathlib import Path
 from confluent_kafka.admin import AdminClient
 
 from ragindex.errors import BackendUnavailable
+from ragindex.netutil import free_port, port_open
 
 KAFKA_VERSION = "4.4.0"
 SASL_MECHANISM = "SCRAM-SHA-512"
@@ -65,12 +65,6 @@ def find_java() -> str:
     if found:
         return found
     raise BackendUnavailable(f"no JDK 17+ found; set JAVA_HOME (looked in {homes})")
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _properties(port: int, sasl_port: int, controller_port: int, data: Path) -> str:
@@ -183,7 +177,7 @@ class KafkaServer:
         while time.monotonic() < deadline:
             if not self.is_running():
                 raise BackendUnavailable(f"Kafka exited during start-up:\n{self.log_tail()}")
-            if _port_open(self.port):
+            if port_open(self.port):
                 with contextlib.suppress(Exception):
                     if admin.list_topics(timeout=2).brokers:
                         return
@@ -212,12 +206,6 @@ class KafkaServer:
         self._removed = True
         self.stop_broker()
         shutil.rmtree(self.run_dir, ignore_errors=True)
-
-
-def _port_open(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.settimeout(0.5)
-        return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
 def start_kafka(heap_mb: int = 512, startup_timeout_s: float = 120.0) -> KafkaServer:

@@ -11,6 +11,7 @@ deletes what `render` no longer wants (`objects_to_prune` decides; this module o
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -187,3 +188,13 @@ async def read_ray_service(client: AsyncClient, namespace: str, name: str) -> di
             return None
         raise
     return codecs_to_dict(obj, RAY_SERVICE)
+
+
+async def secret_value(client: AsyncClient, namespace: str, name: str, key: str) -> str:
+    """One key of a Secret (the password ECK generates for a managed Elasticsearch);
+    RuntimeError when the key is not there yet."""
+    secret = await client.get(Secret, name, namespace=namespace)
+    encoded = (secret.data or {}).get(key)
+    if encoded is None:
+        raise RuntimeError(f"Secret {namespace}/{name} has no key {key!r} yet")
+    return base64.b64decode(encoded).decode()

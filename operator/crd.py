@@ -267,6 +267,58 @@ def _status_schema() -> dict[str, Any]:
                 "type": "string",
                 "description": "Coarse summary of the conditions, for humans.",
             },
+            "generations": {
+                "type": "array",
+                "description": "Index generations the operator keeps: the one serving, one"
+                " being built (promoted only when its backfill is complete and its checks"
+                " passed) and ones retained for rollback within rollbackWindowHours.",
+                "items": _generation_schema(),
+                "x-kubernetes-list-type": "map",
+                "x-kubernetes-list-map-keys": ["id"],
+            },
+        },
+    }
+
+
+def _generation_schema() -> dict[str, Any]:
+    check = {
+        "type": "object",
+        "required": ["name", "passed"],
+        "properties": {
+            "name": {"type": "string", "description": "caught-up, chunk-counts or self-check."},
+            "passed": {"type": "boolean"},
+            "message": {"type": "string", "description": "Why it failed (empty if passed)."},
+        },
+    }
+    return {
+        "type": "object",
+        "required": ["id", "phase"],
+        "properties": {
+            "id": {"type": "string", "description": "The generation (a hash of its fields)."},
+            "phase": {
+                "type": "string",
+                "enum": ["Backfilling", "Verifying", "Serving", "Retained", "Failed"],
+                "description": "Backfilling (replaying docs), Verifying (caught up, checks"
+                " pending), Serving, Retained (kept for rollback) or Failed (a check failed;"
+                " the previous generation serves).",
+            },
+            "progress": {
+                "type": "string",
+                "description": "Backfill progress, e.g. 42%: docs records consumed of all.",
+            },
+            "createdAt": {"type": "string", "format": "date-time"},
+            "since": {
+                "type": "string",
+                "format": "date-time",
+                "description": "When the generation entered its phase (retention counts from"
+                " here).",
+            },
+            "reason": {"type": "string", "description": "Why it is in this phase."},
+            "checks": {
+                "type": "array",
+                "description": "The promotion checks, once the backfill caught up.",
+                "items": check,
+            },
         },
     }
 
@@ -280,6 +332,11 @@ _PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Shards", "type": "integer", "jsonPath": ".spec.dense.shards"},
     {"name": "Embedder", "type": "string", "jsonPath": ".spec.embedder.model"},
     {"name": "Generation", "type": "string", "jsonPath": ".status.activeGeneration"},
+    {
+        "name": "Backfill",
+        "type": "string",
+        "jsonPath": '.status.generations[?(@.phase=="Backfilling")].progress',
+    },
     {"name": "Endpoint", "type": "string", "jsonPath": ".status.endpoint", "priority": 1},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]

@@ -12,8 +12,10 @@ of one reconcile (create/update/resume):
    local runtime: PUT the Serve config to the local Ray dashboard;
 3. patch status (observedGeneration, conditions, endpoint, activeGeneration).
 
-A timer follows readiness (RayService or Serve app status), moves `activeGeneration` when a new
-generation is ready and prunes the old one. Deletion in the cluster runtime is the garbage
+A timer follows readiness (RayService or Serve app status) and, in the cluster runtime, the
+new generation's build (its app's build report): `promotion.decide_promotion` says whether to
+promote, and this module applies it (the Elasticsearch read alias, then the Service, then
+`activeGeneration`) and prunes retired generations. Deletion in the cluster runtime is the garbage
 collector's job (owner references); the local runtime removes its Serve app on delete.
 """
 
@@ -21,11 +23,13 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+import httpx
 import kopf
 from lightkube import AsyncClient
 from lightkube.config.kubeconfig import KubeConfig
@@ -34,12 +38,17 @@ from pydantic import ValidationError
 
 from ragindex.config import RagIndexSpec
 from ragindex.errors import InvalidInput
-from ragindex.generations import index_generation
+from ragindex.generations import index_generation, lexical_index_name
 from ragindex.operator import apply, local_runtime
 from ragindex.operator.crd import GROUP, PLURAL, VERSION
+from ragindex.operator.generation_io import read_build_report, switch_read_alias
+from ragindex.operator.promotion import Observed, decide_promotion
 from ragindex.operator.render import (
     RenderOptions,
+    build_report_url,
     cluster_endpoint,
+    elasticsearch_password_secret,
+    elasticsearch_url,
     managed_elasticsearch,
     named_secrets,
     ray_service_name,
@@ -53,7 +62,6 @@ from ragindex.operator.status import (
     find_condition,
     ray_service_verdict,
     rfc3339,
-    rollout,
     status_patch,
 )
 
@@ -88,6 +96,8 @@ class OperatorOptions:
     # A refusal (NameConflict, SecretRefused) waits on a person: retried this slowly.
     refused_retry_s: float = 30.0
     kubeconfig: str | None = None
+    # (index, namespace, generation) -> URL of that generation's build report.
+    report_url: Callable[[str, str, str], str] = build_report_url
 
 
 def validate_spec(name: str, raw: Any, runtime: Runtime) -> RagIndexSpec:
@@ -211,7 +221,7 @@ class RagIndexOperator:
                 ),
             )
             raise kopf.TemporaryError(f"{e.reason}: {e}", delay=self.options.refused_retry_s) from e
-        except (ApiError, RuntimeError, OSError) as e:
+        except (ApiError, RuntimeError, OSError, httpx.HTTPError) as e:
             verdict = Verdict(False, "ApplyFailed", str(e))
             _write_status(
                 patch,
@@ -243,9 +253,16 @@ class RagIndexOperator:
         if conflicts:
             raise Refused("NameConflict", conflicts)
         await apply.apply_objects(self.kube, objects)
-        target = index_generation(spec)
+        # Generations in status (serving, building, retained for rollback) keep their objects
+        # until a promotion decision retires them.
+        kept = [e.get("id") for e in (status or {}).get("generations") or []]
         await apply.prune(
-            self.kube, namespace, name, uid, objects, keep_generations=(active, target)
+            self.kube,
+            namespace,
+            name,
+            uid,
+            objects,
+            keep_generations=(active, index_generation(spec), *kept),
         )
         return await self._cluster_serving(namespace, name, uid, spec, status, generation, True)
 
@@ -259,17 +276,32 @@ class RagIndexOperator:
         generation: int,
         reconciled: bool,
     ) -> dict[str, Any]:
-        """Status after reading the target RayService; prunes the old generation once it serves."""
+        """Status after observing the target generation; applies a promotion and retirements."""
         active = (status or {}).get("activeGeneration")
         target = index_generation(spec)
         rs_name = ray_service_name(name, target)
-        observed = ray_service_verdict(
+        ready = ray_service_verdict(
             await apply.read_ray_service(self.kube, namespace, rs_name), rs_name
         )
-        serving, new_active = rollout(active, target, observed)
-        if new_active == target and active not in (None, target):
-            # The new generation serves: point the Service at it and drop the old one.
-            # With the owner reference: an apply without it would drop it from the Service.
+        report = None
+        if ready.ok and active not in (None, target):
+            report = await read_build_report(self.options.report_url(name, namespace, target))
+        moment = datetime.now(UTC)
+        action = decide_promotion(
+            status,
+            Observed(
+                target=target,
+                target_ready=ready,
+                report=report,
+                now=rfc3339(moment),
+                moment=moment,
+                window_s=spec.generations.rollback_window_hours * 3600,
+            ),
+        )
+        if action.kind == "promote" and active not in (None, target):
+            # The read alias first: the old generation's pods then read the complete new
+            # index for the moment until the Service selects the new generation's pods.
+            await self._switch_read_alias(namespace, name, spec, target)
             objects = render(
                 name,
                 namespace,
@@ -278,19 +310,47 @@ class RagIndexOperator:
                 active_generation=target,
                 options=self.options.render,
             )
+            # With the owner reference: an apply without it would drop it from the Service.
             await apply.apply_objects(self.kube, [o for o in objects if o["kind"] == "Service"])
-            await apply.prune(self.kube, namespace, name, uid, objects, keep_generations=(target,))
+        if action.retire:
+            objects = render(
+                name,
+                namespace,
+                spec,
+                uid=uid,
+                active_generation=action.active,
+                options=self.options.render,
+            )
+            kept = (action.active, target, *(e["id"] for e in action.generations))
+            await apply.prune(self.kube, namespace, name, uid, objects, keep_generations=kept)
         return desired_status(
             status,
             observed_generation=generation,
-            now=_now(),
+            now=rfc3339(moment),
             reconcile=Verdict(True, "Applied", f"generation {target} applied")
             if reconciled
             else None,
-            serving=serving,
+            serving=action.ready,
             endpoint=cluster_endpoint(name, namespace),
-            active_generation=new_active,
+            active_generation=action.active,
+            generations=action.generations,
         )
+
+    async def _switch_read_alias(
+        self, namespace: str, name: str, spec: RagIndexSpec, generation: str
+    ) -> None:
+        """Move the BM25 read alias to the generation's index (Elasticsearch backends only)."""
+        url = elasticsearch_url(spec, name, namespace)
+        if url is None:
+            return
+        auth = None
+        if managed_elasticsearch(spec):
+            password = await apply.secret_value(
+                self.kube, namespace, elasticsearch_password_secret(name), "elastic"
+            )
+            auth = ("elastic", password)
+        alias = spec.lexical.elasticsearch_alias
+        await switch_read_alias(url, alias, lexical_index_name(alias, generation), auth)
 
     def _local_data_dir(self, namespace: str, name: str, generation: str) -> str:
         return str(Path(self.options.local_data_root) / namespace / name / generation)

@@ -53,6 +53,7 @@ LABEL_INDEX = f"{GROUP}/index"
 LABEL_GENERATION = f"{GROUP}/generation"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 SERVE_PORT = 8000
+BUILD_REPORT_PATH = "/v1/generation"
 DASHBOARD_PORT = 8265
 KAFKA_PORT = 9093  # the managed cluster's TLS + SCRAM-SHA-512 listener
 KAFKA_CA_MOUNT = "/etc/ragindex/kafka-ca"
@@ -148,6 +149,15 @@ def validate_name(name: str) -> str:
 
 def ray_service_name(name: str, generation: str) -> str:
     return f"{name}-{generation}"
+
+
+def build_report_url(name: str, namespace: str, generation: str) -> str:
+    """A generation's build report, at the Serve Service KubeRay makes for its RayService
+    (reachable from the operator: the NetworkPolicy admits anyone to the Serve port)."""
+    return (
+        f"http://{ray_service_name(name, generation)}-serve-svc.{namespace}.svc:{SERVE_PORT}"
+        f"{BUILD_REPORT_PATH}"
+    )
 
 
 def network_policy_name(name: str, generation: str) -> str:
@@ -275,12 +285,27 @@ def managed_elasticsearch(spec: RagIndexSpec) -> bool:
     return spec.lexical.backend == "elasticsearch" and not spec.lexical.elasticsearch_url
 
 
+def elasticsearch_url(spec: RagIndexSpec, name: str, namespace: str) -> str | None:
+    """Where the BM25 leg's Elasticsearch answers: ECK's HTTP Service when managed, the spec's
+    URL when external, None for the embedded backend."""
+    if spec.lexical.backend != "elasticsearch":
+        return None
+    if managed_elasticsearch(spec):
+        return f"http://{elasticsearch_name(name)}-es-http.{namespace}.svc:9200"
+    return spec.lexical.elasticsearch_url
+
+
+def elasticsearch_password_secret(name: str) -> str:
+    """The Secret where ECK writes the `elastic` user's password (key `elastic`)."""
+    return f"{elasticsearch_name(name)}-es-elastic-user"
+
+
 def _serving_spec(spec: RagIndexSpec, name: str, namespace: str) -> RagIndexSpec:
     """The spec the Serve app gets: a managed Elasticsearch is reached at ECK's HTTP Service;
     a generator key from a Secret arrives in the one variable the operator injects."""
     update: dict[str, Any] = {}
     if managed_elasticsearch(spec):
-        url = f"http://{elasticsearch_name(name)}-es-http.{namespace}.svc:9200"
+        url = elasticsearch_url(spec, name, namespace)
         update["lexical"] = spec.lexical.model_copy(update={"elasticsearch_url": url})
     if spec.generator.api_key_secret:
         update["generator"] = spec.generator.model_copy(
@@ -355,7 +380,7 @@ def _pod_env(spec: RagIndexSpec, name: str, namespace: str) -> list[dict[str, An
         # ECK writes the `elastic` user's password into this Secret.
         env += [
             {"name": ES_USERNAME_ENV, "value": "elastic"},
-            _secret_env(ES_PASSWORD_ENV, f"{elasticsearch_name(name)}-es-elastic-user", "elastic"),
+            _secret_env(ES_PASSWORD_ENV, elasticsearch_password_secret(name), "elastic"),
         ]
     if spec.log.mode == "managed":
         # TLS against the cluster's own CA, SCRAM-SHA-512 as the KafkaUser Strimzi keeps.

@@ -76,7 +76,9 @@ def _order(condition: Mapping[str, Any]) -> int:
     return CONDITION_TYPES.index(kind) if kind in CONDITION_TYPES else len(CONDITION_TYPES)
 
 
-def _degraded(conditions: Sequence[Mapping[str, Any]]) -> Verdict:
+def _degraded(
+    conditions: Sequence[Mapping[str, Any]], generations: Sequence[Mapping[str, Any]] = ()
+) -> Verdict:
     reconciled = find_condition(conditions, RECONCILED)
     if reconciled is not None and reconciled.get("status") == "False":
         return Verdict(
@@ -85,6 +87,10 @@ def _degraded(conditions: Sequence[Mapping[str, Any]]) -> Verdict:
     ready = find_condition(conditions, READY)
     if ready is not None and ready.get("reason") in FAILED_REASONS:
         return Verdict(True, ready["reason"], ready.get("message", ""))
+    for entry in generations:  # a new generation failed a promotion check; the old one serves
+        if entry.get("phase") == "Failed":
+            message = f"generation {entry.get('id')}: {entry.get('reason', '')}"
+            return Verdict(True, "GenerationCheckFailed", message)
     return Verdict(False, "AsExpected", "")
 
 
@@ -108,6 +114,7 @@ def desired_status(
     serving: Verdict | None = None,
     endpoint: str | None = None,
     active_generation: str | None = None,
+    generations: Sequence[Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The whole status after one finding; parts not found this time are kept from `previous`.
 
@@ -132,10 +139,12 @@ def desired_status(
             observed_generation=observed_generation,
             now=now,
         )
+    kept = prev.get("generations") or [] if generations is None else generations
+    entries = [dict(e) for e in kept]
     conditions = set_condition(
         conditions,
         DEGRADED,
-        _degraded(conditions),
+        _degraded(conditions, entries),
         observed_generation=observed_generation,
         now=now,
     )
@@ -152,6 +161,8 @@ def desired_status(
         status["activeGeneration"] = (
             active_generation if active_generation is not None else prev["activeGeneration"]
         )
+    if entries:
+        status["generations"] = entries
     if status["observedGeneration"] is None:
         del status["observedGeneration"]
     return status
@@ -175,23 +186,3 @@ def ray_service_verdict(ray_service: Mapping[str, Any] | None, name: str) -> Ver
         return Verdict(True, "Serving", f"RayService {name} is ready")
     detail = (ready or {}).get("message") or status.get("serviceStatus") or "no status yet"
     return Verdict(False, "Progressing", f"waiting for RayService {name}: {detail}")
-
-
-def rollout(active: str | None, target: str, target_serving: Verdict) -> tuple[Verdict, str | None]:
-    """The Ready verdict and the generation that serves while `target` starts.
-
-    The previous generation keeps serving (Ready stays True) until the target reports ready;
-    only then does `activeGeneration` move, and with it the Service selector and pruning.
-    """
-    if target_serving.ok:
-        return target_serving, target
-    if active and active != target:
-        return (
-            Verdict(
-                True,
-                "PreviousGenerationServing",
-                f"generation {active} serves while {target} starts: {target_serving.message}",
-            ),
-            active,
-        )
-    return target_serving, active

@@ -96,6 +96,9 @@ class PromotionEvidence:
     self_check_sampled: int
 
 
+CHECKS: tuple[str, ...] = ("caught-up", "chunk-counts", "self-check")
+
+
 def promotion_failures(evidence: PromotionEvidence) -> list[str]:
     """Each failed check, named and explained; empty means the generation may be promoted."""
     failures: list[str] = []
@@ -132,6 +135,85 @@ def promotion_failures(evidence: PromotionEvidence) -> list[str]:
             + ")"
         )
     return failures
+
+
+@dataclass(frozen=True)
+class BuildReport:
+    """What a generation's app says about its own build, for the operator to decide on.
+
+    `consumed`/`end`: `docs` records its ingest group committed, and records in `docs`.
+    `checks`: each of CHECKS -> "" when passed or why it failed, without tenant names or
+    document keys (anyone who reaches the Serve port may read it); None while the backfill
+    has not reached the end of `docs` (the checks have not run yet).
+    """
+
+    generation: str
+    consumed: int
+    end: int
+    checks: Mapping[str, str] | None = None
+
+    @property
+    def progress(self) -> int:
+        """Backfill percentage, 0-100 (100 only once it reached the end)."""
+        if self.end <= 0:
+            return 100
+        return min(100, self.consumed * 100 // self.end)
+
+    @property
+    def failed(self) -> list[str]:
+        return [c for c in CHECKS if (self.checks or {}).get(c)]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "generation": self.generation,
+            "consumed": self.consumed,
+            "end": self.end,
+            "checks": None if self.checks is None else dict(self.checks),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> BuildReport:
+        """Parse a report; InvalidInput names what is malformed (it comes over the network)."""
+        try:
+            checks = data["checks"]
+            report = cls(
+                generation=str(data["generation"]),
+                consumed=int(data["consumed"]),
+                end=int(data["end"]),
+                checks=None if checks is None else {str(k): str(v) for k, v in checks.items()},
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise InvalidInput(f"malformed generation report {data!r}: {e}") from e
+        if report.checks is not None and set(report.checks) != set(CHECKS):
+            raise InvalidInput(f"generation report checks {sorted(report.checks)} are not {CHECKS}")
+        return report
+
+
+def build_report(generation: str, evidence: PromotionEvidence) -> BuildReport:
+    """The report of `evidence` (pure): progress, and the checks once the backfill caught up."""
+    consumed = sum(min(evidence.consumed.get(p, 0), e) for p, e in evidence.docs_end.items())
+    end = sum(evidence.docs_end.values())
+    if consumed < end:
+        return BuildReport(generation, consumed, end)
+    tenants = set(evidence.documents) | set(evidence.indexed)
+    wrong = [t for t in tenants if evidence.indexed.get(t, 0) != evidence.documents.get(t, 0)]
+    missed = len(evidence.self_check_missed)
+    checks = {
+        "caught-up": "",
+        "chunk-counts": (
+            f"{len(wrong)} of {len(tenants)} tenants have documents missing from (or extra in)"
+            " the new generation's views"
+            if wrong
+            else ""
+        ),
+        "self-check": (
+            f"{missed} of {evidence.self_check_sampled} sampled documents are not in the top"
+            f" {SELF_CHECK_TOP_K} of the new generation's dense leg for their own title"
+            if missed
+            else ""
+        ),
+    }
+    return BuildReport(generation, consumed, end, checks)
 
 
 def self_check_sample(keys: Sequence[bytes], size: int) -> list[bytes]:
@@ -257,3 +339,23 @@ def expired(record: GenerationRecord, now: float, window_s: float) -> list[str]:
         for g, e in record.generations.items()
         if e.state in ("retained", "failed") and now - e.since > window_s
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# The BM25 leg on Elasticsearch: one concrete index per generation behind one read alias
+
+
+def lexical_index_name(alias: str, generation: str) -> str:
+    """The concrete Elasticsearch index of one generation (a reshard or re-embed never shares
+    one: the chunk ids and their shard placement belong to the generation)."""
+    return f"{alias}-{generation}"
+
+
+def alias_switch(alias: str, current: Sequence[str], new_index: str) -> list[dict[str, Any]]:
+    """The actions of the one `_aliases` call that moves the read alias to `new_index`: every
+    remove and the add are applied atomically, so no search sees no index or two."""
+    actions: list[dict[str, Any]] = [
+        {"remove": {"index": i, "alias": alias}} for i in sorted(current) if i != new_index
+    ]
+    actions.append({"add": {"index": new_index, "alias": alias}})
+    return actions

@@ -1,4 +1,4 @@
-"""Small pure helpers every benchmark and report shares: percentiles and tables.
+"""Small pure helpers every benchmark and report shares: percentiles, the warm-up split, tables.
 
 One definition each, so two reports of the same samples agree (a p99 is numpy's linearly
 interpolated percentile everywhere) and every printed table looks the same.
@@ -7,11 +7,14 @@ interpolated percentile everywhere) and every printed table looks the same.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Literal
+from typing import Any, Literal, TypeVar, overload
 
 import numpy as np
 
 from ragindex.errors import InvalidInput
+
+T = TypeVar("T")
+WARMUP_QUERIES = 10
 
 
 def percentile(samples: Sequence[float], q: float) -> float:
@@ -30,6 +33,24 @@ def percentiles(samples_ms: Sequence[float], digits: int = 4) -> dict[str, float
         "p99_ms": round(percentile(samples_ms, 99), digits),
         "samples": len(samples_ms),
     }
+
+
+@overload
+def split_warmup(
+    queries: np.ndarray, warmup: int = WARMUP_QUERIES
+) -> tuple[np.ndarray, np.ndarray]: ...
+@overload
+def split_warmup(
+    queries: Sequence[T], warmup: int = WARMUP_QUERIES
+) -> tuple[Sequence[T], Sequence[T]]: ...
+def split_warmup(queries: Any, warmup: int = WARMUP_QUERIES) -> tuple[Any, Any]:
+    """The first `warmup` queries, run untimed to warm caches, and the rest, the timed set: no
+    benchmark times a query it warmed up on."""
+    if warmup < 0:
+        raise InvalidInput(f"warm-up must be >= 0 queries, got {warmup}")
+    if len(queries) <= warmup:
+        raise InvalidInput(f"need more than {warmup} queries (the warm-up), got {len(queries)}")
+    return queries[:warmup], queries[warmup:]
 
 
 def text_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:

@@ -109,6 +109,8 @@ class Backend(Protocol):
 
     async def ready(self) -> tuple[bool, str]: ...
 
+    async def generation_report(self) -> dict[str, Any]: ...
+
 
 # ---------------------------------------------------------------- request / response models
 
@@ -234,6 +236,19 @@ class StatsResponse(BaseModel):
 class ReadyResponse(BaseModel):
     status: Literal["ready", "degraded", "not ready"]
     detail: str
+
+
+class GenerationReport(BaseModel):
+    """This index generation's build, for the operator's promotion decision
+    (`ragindex.generations.BuildReport`): no tenant names, no document keys."""
+
+    generation: str = Field(description="The index generation this Router serves.")
+    consumed: int = Field(description="docs records its ingest group consumed.")
+    end: int = Field(description="docs records in the log.")
+    checks: dict[str, str] | None = Field(
+        description="caught-up, chunk-counts, self-check: '' passed, else why it failed;"
+        " null until the backfill reached the end of docs and the views applied it."
+    )
 
 
 class ErrorBody(BaseModel):
@@ -642,6 +657,19 @@ def create_app(
             },
             status_code=200 if ok else 503,
         )
+
+    @app.get(
+        "/v1/generation",
+        response_model=GenerationReport,
+        tags=["ops"],
+        operation_id="generation",
+        responses={503: BACKEND_ERRORS[503]},
+    )
+    async def generation() -> GenerationReport:
+        """How far this generation's backfill got and whether its promotion checks pass (the
+        operator promotes a new generation on this). Unauthenticated, like /readyz: it names
+        no tenant and no document."""
+        return GenerationReport.model_validate(await backend.generation_report())
 
     @app.get(
         "/metrics",

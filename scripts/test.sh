@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test run, from a fresh machine: install, fetch/build the real servers the tests start
 # (Elasticsearch, Kafka, kube-apiserver + etcd + controller-manager, helm, kubectl), static checks, pytest,
-# then the release gate (Cranfield quality and latency ratios against evals/baseline.json).
+# then the benchmarks' goals on small inputs (scripts/bench_check.sh) and the release gate
+# (Cranfield quality and latency ratios against evals/baseline.json).
 # Everything slow is cached under ${RAGINDEX_CACHE:-~/.cache/ragindex}.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,4 +16,5 @@ scripts/fetch_kafka.sh
 scripts/build_k8s.sh
 scripts/lint.sh
 .venv/bin/pytest "$@"
+scripts/bench_check.sh
 .venv/bin/ragindex gate

@@ -30,6 +30,7 @@ from ragindex.filters import (
     dense_plan,
     parse_filter,
 )
+from ragindex.measure import WARMUP_QUERIES, percentiles, split_warmup
 from ragindex.shards.sharded import ShardedDenseIndex
 from ragindex.types import Chunk, ModelIdentity
 
@@ -85,12 +86,14 @@ def run_filtered_bench(
     seed: int = 0,
     dense: DenseSpec | None = None,
     top_k: int = 10,
+    warmup: int = WARMUP_QUERIES,
 ) -> dict[str, dict[str, Any]]:
     """Build a sharded index of `vectors` clustered vectors over tenants and measure each share.
 
     Tenants `share-0_01` (etc.) hold round(s * vectors) vectors; filler tenants hold the rest,
     so the index holds `vectors` in all. Uses the default DenseSpec (shards, HNSW, exact threshold)
-    unless `dense` is given. Returns {share: {recall@10, p50_ms, p99_ms, vectors, search}}.
+    unless `dense` is given. Each share gets `warmup` untimed queries, then `queries` timed
+    ones. Returns {share: {recall@10, p50_ms, p99_ms, vectors, search}}.
     """
     sizes = tenant_sizes(vectors, shares)
     if queries < 1:
@@ -133,8 +136,9 @@ def run_filtered_bench(
                     identity,
                     tenant,
                     stored[tenant],
-                    model.sample(queries, *mixtures[tenant]),
+                    model.sample(warmup + queries, *mixtures[tenant]),
                     top_k,
+                    warmup,
                 )
         finally:
             index.close(snapshot=False)
@@ -156,11 +160,16 @@ def _measure(
     truth: tuple[list[str], np.ndarray],
     qs: np.ndarray,
     top_k: int,
+    warmup: int,
 ) -> dict[str, Any]:
-    """Recall against brute force over the tenant's own vectors, and single-query latency."""
+    """Recall against brute force over the tenant's own vectors, and single-query latency,
+    over the queries after the first `warmup` (run untimed)."""
     ids, stored = truth
+    warm, timed = split_warmup(qs, warmup)
+    for q in warm:
+        index.search(q, top_k, tenant, identity)
     recalls, latencies = [], []
-    for q in qs:
+    for q in timed:
         t0 = time.perf_counter()
         hits = index.search(q, top_k, tenant, identity)
         latencies.append((time.perf_counter() - t0) * 1000)
@@ -170,8 +179,7 @@ def _measure(
         recalls.append(recall_at_k([h.chunk_id for h in hits], [ids[i] for i in top]))
     return {
         "recall@10": round(float(np.mean(recalls)), 4),
-        "p50_ms": round(float(np.percentile(latencies, 50)), 3),
-        "p99_ms": round(float(np.percentile(latencies, 99)), 3),
+        **percentiles(latencies, digits=3),
         "vectors": len(ids),
         "search": "+".join(sorted(set(index.kinds(tenant)))),
     }
@@ -190,6 +198,7 @@ def run_access_bench(
     dense: DenseSpec | None = None,
     kind: AccessKind = "acl",
     top_k: int = 10,
+    warmup: int = WARMUP_QUERIES,
 ) -> dict[str, dict[str, Any]]:
     """Recall@10 against exact search over the allowed vectors, and latency, for ACLs (or a
     metadata range) that allow given shares of ONE tenant's `vectors` vectors.
@@ -199,8 +208,11 @@ def run_access_bench(
     each share allows exactly round(share * vectors) chunks. The search is the real one: the
     filter compiled to terms, the allowed ids selected from the same postings the shard
     replicas keep, and each partition choosing exact or HNSW-with-selector (dense_plan).
-    Returns {"unfiltered": row, share: row}; rows hold recall@10, p50_ms, p99_ms, allowed and
-    the plan chosen."""
+    Each filter gets `warmup` untimed queries (the first one's latency, with the selection not
+    yet cached, is `first_ms`), then `queries` timed ones. Returns {"unfiltered": row, share:
+    row}; rows hold recall@10, p50_ms, p99_ms, first_ms, allowed and the plan chosen."""
+    if warmup < 1:
+        raise InvalidInput(f"the access benchmark needs a warm-up of >= 1 query; got {warmup}")
     if vectors < 1 or queries < 1:
         raise InvalidInput(f"vectors and queries must be >= 1; got {vectors}, {queries}")
     if not shares or any(not 0 < s <= 1 for s in shares):
@@ -232,15 +244,17 @@ def run_access_bench(
                 index.upsert(ACCESS_TENANT, ids[start : start + len(batch)], batch)
                 stored.append(batch)
             matrix = np.concatenate(stored)
-            qs = model.sample(queries, *mixture)
+            qs = model.sample(warmup + queries, *mixture)
             results["unfiltered"] = _measure_access(
-                index, identity, None, np.arange(vectors), ids, matrix, qs, top_k
+                index, identity, None, np.arange(vectors), ids, matrix, qs, top_k, warmup
             )
             results["unfiltered"]["plan"] = "+".join(sorted(set(index.kinds(ACCESS_TENANT))))
             for share in shares:
                 allowed = np.flatnonzero(rank < round(share * vectors))
                 expr = compile_access(*_bench_access(share, kind))
-                row = _measure_access(index, identity, expr, allowed, ids, matrix, qs, top_k)
+                row = _measure_access(
+                    index, identity, expr, allowed, ids, matrix, qs, top_k, warmup
+                )
                 per_shard = max(1, len(allowed) // dense.shards)
                 plan = dense_plan(
                     per_shard, vectors // dense.shards, top_k, dense.hnsw.ef_search,
@@ -287,10 +301,17 @@ def _measure_access(
     matrix: np.ndarray,
     qs: np.ndarray,
     top_k: int,
+    warmup: int,
 ) -> dict[str, Any]:
+    warm, timed = split_warmup(qs, warmup)
+    start = time.perf_counter()
+    index.search(warm[0], top_k, ACCESS_TENANT, identity, expr)
+    first_ms = (time.perf_counter() - start) * 1000  # this filter's first query: not cached
+    for q in warm[1:]:
+        index.search(q, top_k, ACCESS_TENANT, identity, expr)
     recalls, latencies = [], []
     candidates = matrix[allowed]
-    for q in qs:
+    for q in timed:
         t0 = time.perf_counter()
         hits = index.search(q, top_k, ACCESS_TENANT, identity, expr)
         latencies.append((time.perf_counter() - t0) * 1000)
@@ -299,8 +320,7 @@ def _measure_access(
         recalls.append(recall_at_k([h.chunk_id for h in hits], [ids[allowed[i]] for i in top]))
     return {
         "recall@10": round(float(np.mean(recalls)), 4),
-        "p50_ms": round(float(np.percentile(latencies, 50)), 3),
-        "p99_ms": round(float(np.percentile(latencies, 99)), 3),
-        "first_ms": round(latencies[0], 3),  # this filter's first query: selection not cached
+        **percentiles(latencies, digits=3),
+        "first_ms": round(first_ms, 3),
         "allowed": len(allowed),
     }

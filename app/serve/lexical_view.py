@@ -7,8 +7,6 @@ node-local directory. Offsets are stored after each successful bulk write.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +14,8 @@ from ray.serve.handle import DeploymentHandle
 
 from ragindex.app.serve.data_plane import open_log, plane_topics, replica_dir, replica_rank
 from ragindex.app.serve.query_side import open_bm25_view
-from ragindex.app.serve.threads import ReplicaThread, refresh_forever
+from ragindex.app.serve.topic_view import TopicView
 from ragindex.config import RagIndexSpec
-from ragindex.errors import BackendUnavailable, InvalidInput
 from ragindex.filters import TermExpr
 from ragindex.lexical.view import LexicalView
 from ragindex.serve_config import LEXICAL
@@ -41,44 +38,27 @@ class LexicalServer:
         self.directory = replica_dir(Path(data_dir), self.spec, LEXICAL, replica_rank())
         self.log = open_log(Path(data_dir))
         self.identity, _ = await embedder.describe.remote()
-        self.thread = ReplicaThread("lexical")
-        self.view: LexicalView | None = None
-        self._refresher = asyncio.get_running_loop().create_task(
-            refresh_forever(self.thread, self._refresh, "BM25 view catch-up failed")
-        )
-
-    def _refresh(self) -> None:
-        if self.view is None:
-            try:
-                self.log.partitions(self.topics.chunks)
-            except InvalidInput:
-                return  # Ingest has not created the topics yet
-            self.view = open_bm25_view(
+        self.view: TopicView[LexicalView] = TopicView(
+            "lexical",
+            self.log,
+            self.topics.chunks,
+            lambda: open_bm25_view(
                 self.spec, self.log, self.topics.chunks, self.directory, self.identity
-            )
-        self.view.catch_up()
-
-    def _view(self) -> LexicalView:
-        if self.view is None:
-            raise BackendUnavailable("the BM25 index is still opening")
-        return self.view
+            ),
+            "the BM25 index is still opening",
+        )
 
     async def search(
         self, query: str, top_k: int, tenant_id: str, access: TermExpr | None = None
     ) -> list[ScoredId]:
-        return await self.thread.run(
-            lambda: self._view().index.search(query, top_k, tenant_id, access)
-        )
+        return await self.view.run(lambda v: v.index.search(query, top_k, tenant_id, access))
 
     async def count(self, tenant_id: str) -> int:
-        return await self.thread.run(lambda: self._view().index.count(tenant_id))
+        return await self.view.run(lambda v: v.index.count(tenant_id))
 
     async def offsets(self) -> list[int]:
-        return list(self.view.offsets) if self.view is not None else [0] * self.topics.shards
+        view = self.view.current
+        return list(view.offsets) if view is not None else [0] * self.topics.shards
 
     def __del__(self) -> None:
-        with contextlib.suppress(Exception):
-            self._refresher.cancel()
-            if self.view is not None:
-                self.thread.call(self.view.index.close)
-            self.thread.close()
+        self.view.close(lambda view: view.index.close())

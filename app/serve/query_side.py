@@ -93,8 +93,12 @@ class ReplicaDenseIndex(_ReadOnlyDense):
     def count(self, tenant_id: str) -> int:
         return sum(r.count(tenant_id) for r in self.replicas)
 
+    def document_keys(self, tenant_id: str) -> set[tuple[str, str]]:
+        """(source, doc_id) of every document with chunks in these replicas."""
+        return set().union(*(r.documents(tenant_id) for r in self.replicas))
+
     def documents(self, tenant_id: str) -> int:
-        return len(set().union(*(r.documents(tenant_id) for r in self.replicas)))
+        return len(self.document_keys(tenant_id))
 
     def offsets(self) -> list[int]:
         return [r.offset for r in self.replicas]
@@ -296,9 +300,13 @@ class RemoteDenseIndex(_ReadOnlyDense):
         pending = [s.count.remote(tenant_id) for s in self.shards]
         return sum(int(p.result()) for p in pending)
 
-    def documents(self, tenant_id: str) -> int:
+    def document_keys(self, tenant_id: str) -> set[tuple[str, str]]:
+        """(source, doc_id) of every document with chunks in the Shard<i> replicas."""
         pending = [s.documents.remote(tenant_id) for s in self.shards]
-        return len(set().union(*(p.result() for p in pending)))
+        return set().union(*(p.result() for p in pending))
+
+    def documents(self, tenant_id: str) -> int:
+        return len(self.document_keys(tenant_id))
 
 
 class RemoteLexical:

@@ -16,11 +16,15 @@ from typing import Any
 from ray.serve.handle import DeploymentHandle
 
 from ragindex.app.engine import auth_dir
-from ragindex.app.serve.data_plane import replica_dir, replica_rank
+from ragindex.app.serve.data_plane import open_log, plane_topics, replica_dir, replica_rank
+from ragindex.app.serve.generation_report import generation_report
 from ragindex.app.serve.pools import RemoteEmbedder
 from ragindex.app.serve.query_side import ClusterQuerySide, LocalQuerySide, QuerySide
 from ragindex.app.serve.threads import ReplicaThread, refresh_forever
 from ragindex.config import RagIndexSpec
+from ragindex.errors import BackendUnavailable
+from ragindex.generations import index_generation
+from ragindex.protocols import Log
 from ragindex.router.answer import Answer
 from ragindex.router.auth import TokenVerifier
 from ragindex.router.http import create_app
@@ -62,6 +66,9 @@ class Router:
         self.data_dir = Path(data_dir)
         self.verifier = TokenVerifier(auth_dir(self.data_dir))
         self.ingest = ingest
+        self.topics = plane_topics(self.spec, name, namespace)
+        self.report_log: Log | None = None
+        self.report_goal: dict[int, int] | None = None  # docs ends seen by the last report
         self.views = ReplicaThread("router-views")
         self.searches = ReplicaThread("router-search", SEARCH_THREADS)
         self.answers = ReplicaThread("router-answer", ANSWER_THREADS)
@@ -149,9 +156,37 @@ class Router:
             return True, f"degraded: ingest is not answering ({type(err).__name__})"
         return (True, "ok") if writable == "ok" else (True, f"degraded: {writable}")
 
+    async def generation_report(self) -> dict[str, Any]:
+        """This generation's build report (app/serve/generation_report.py), made on the views
+        thread: it owns the local runtime's views."""
+        return await self.views.run(self._generation_report)
+
+    def _generation_report(self) -> dict[str, Any]:
+        if self.report_log is None:
+            self.report_log = open_log(self.data_dir)
+        if not self.side.try_open():
+            raise BackendUnavailable("the views are not open yet: no generation report")
+
+        def views_reached(chunk_offsets: list[int]) -> bool:
+            self.side.refresh()
+            return views_caught_up(self.side.progress(), chunk_offsets)
+
+        report, self.report_goal = generation_report(
+            self.report_log,
+            self.topics,
+            index_generation(self.spec),
+            self.side,
+            self.spec.generations.self_check_sample,
+            views_reached,
+            self.report_goal,
+        )
+        return report.to_json()
+
     def __del__(self) -> None:
         with contextlib.suppress(Exception):
             self._refresher.cancel()
             self.views.call(self.side.close)
+            if self.report_log is not None:
+                self.report_log.close()
             for pool in (self.views, self.searches, self.answers):
                 pool.close()

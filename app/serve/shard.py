@@ -6,17 +6,15 @@ own node-local directory, from its snapshot's offset or from 0, every REFRESH_S.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from pathlib import Path
 from typing import Any
 
 from ray.serve.handle import DeploymentHandle
 
 from ragindex.app.serve.data_plane import open_log, plane_topics, replica_dir, replica_rank
-from ragindex.app.serve.threads import ReplicaThread, limit_threads, refresh_forever
+from ragindex.app.serve.threads import limit_threads
+from ragindex.app.serve.topic_view import TopicView
 from ragindex.config import RagIndexSpec
-from ragindex.errors import BackendUnavailable, InvalidInput
 from ragindex.filters import TermExpr
 from ragindex.protocols import Vectors
 from ragindex.serve_config import shard_deployment_name
@@ -46,19 +44,11 @@ class ShardServer:
         )
         self.log = open_log(Path(data_dir))
         self.identity, _ = await embedder.describe.remote()
-        self.thread = ReplicaThread(f"shard{shard}")
-        self.replica: LogShardReplica | None = None
-        self._refresher = asyncio.get_running_loop().create_task(
-            refresh_forever(self.thread, self._refresh, "shard catch-up failed")
-        )
-
-    def _refresh(self) -> None:
-        if self.replica is None:
-            try:
-                self.log.partitions(self.topics.chunks)
-            except InvalidInput:
-                return  # Ingest has not created the topics yet
-            self.replica = LogShardReplica(
+        self.replica: TopicView[LogShardReplica] = TopicView(
+            f"shard{shard}",
+            self.log,
+            self.topics.chunks,
+            lambda: LogShardReplica(
                 self.log,
                 self.topics.chunks,
                 self.shard,
@@ -66,13 +56,9 @@ class ShardServer:
                 self.identity,
                 self.spec.dense.hnsw,
                 self.spec.dense.exact_threshold,
-            )
-        self.replica.catch_up()
-
-    def _replica(self) -> LogShardReplica:
-        if self.replica is None:
-            raise BackendUnavailable(f"shard {self.shard} is still opening")
-        return self.replica
+            ),
+            f"shard {shard} is still opening",
+        )
 
     async def search(
         self,
@@ -82,25 +68,22 @@ class ShardServer:
         identity: ModelIdentity,
         access: TermExpr | None = None,
     ) -> list[ScoredId]:
-        return await self.thread.run(
-            lambda: self._replica().search(query_vector, top_k, tenant_id, identity, access)
+        return await self.replica.run(
+            lambda v: v.search(query_vector, top_k, tenant_id, identity, access)
         )
 
     async def get_chunks(self, tenant_id: str, chunk_ids: list[str]) -> dict[str, Chunk]:
-        return await self.thread.run(lambda: self._replica().get_chunks(tenant_id, chunk_ids))
+        return await self.replica.run(lambda v: v.get_chunks(tenant_id, chunk_ids))
 
     async def count(self, tenant_id: str) -> int:
-        return await self.thread.run(lambda: self._replica().count(tenant_id))
+        return await self.replica.run(lambda v: v.count(tenant_id))
 
     async def documents(self, tenant_id: str) -> set[tuple[str, str]]:
-        return await self.thread.run(lambda: self._replica().documents(tenant_id))
+        return await self.replica.run(lambda v: v.documents(tenant_id))
 
     async def offset(self) -> int:
-        return self.replica.offset if self.replica is not None else 0
+        replica = self.replica.current
+        return replica.offset if replica is not None else 0
 
     def __del__(self) -> None:
-        with contextlib.suppress(Exception):
-            self._refresher.cancel()
-            if self.replica is not None:
-                self.thread.call(self.replica.snapshot)
-            self.thread.close()
+        self.replica.close(lambda replica: replica.snapshot())

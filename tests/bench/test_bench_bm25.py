@@ -7,7 +7,7 @@ benchmark does; same analyzer and BM25 parameters, so quality must agree within 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -19,6 +19,7 @@ from ragindex.evals.bench_bm25 import (
     bm25_table,
     copy_chunks,
     run_bm25_bench,
+    time_searches,
     with_synthetic,
 )
 from ragindex.evals.collections import Collection
@@ -78,13 +79,14 @@ def test_report_has_both_legs_on_both_backends(
     engine: LocalEngine, es: ElasticsearchIndex, tiny: Collection
 ) -> None:
     copy_chunks(engine.store, DEFAULT_TENANT, es)
-    result = run_bm25_bench(tiny, engine.query, engine_with(engine, es), repeats=2)
+    result = run_bm25_bench(tiny, engine.query, engine_with(engine, es), repeats=2, warmup=1)
     assert (result["documents"], result["chunks"], result["queries"]) == (7, 6, 3)
+    assert result["warmup_queries"] == 1
     for leg in ("bm25", "hybrid"):
         assert set(result[leg]) == {"tantivy", "elasticsearch"}
         for row in result[leg].values():
-            assert row["samples"] == 3 * 2
-            assert 0 < row["p50_ms"] <= row["p99_ms"]
+            assert row["samples"] == (3 - 1) * 2  # the warm-up query is never timed
+            assert row["p50_ms"] > 0
         assert result[leg]["elasticsearch"]["ndcg@10"] == pytest.approx(
             result[leg]["tantivy"]["ndcg@10"], abs=0.01
         )
@@ -141,3 +143,30 @@ def test_synthetic_documents_come_from_the_collections_vocabulary(tiny: Collecti
     for bad in (-1, 1.5, True):
         with pytest.raises(InvalidInput, match="synthetic"):
             with_synthetic(tiny, bad)
+
+
+def test_time_searches_never_times_a_warm_up_query() -> None:
+    calls: list[tuple[str, str]] = []
+    seen: list[tuple[str, object]] = []
+
+    def recorder(name: str) -> Callable[[str], str]:
+        def search(query: str) -> str:
+            calls.append((name, query))
+            return f"{name}:{query}"
+
+        return search
+
+    samples = time_searches(
+        {"a": recorder("a"), "b": recorder("b")},
+        ["w0", "w1", "t0", "t1", "t2"],
+        repeats=2,
+        warmup=2,
+        on_timed=lambda name, result: seen.append((name, result)),
+    )
+    warm = [("a", "w0"), ("a", "w1"), ("b", "w0"), ("b", "w1")]
+    one_round = [(n, q) for n in "ab" for q in ("t0", "t1", "t2")]
+    assert calls == warm + one_round + one_round
+    assert seen == [(n, f"{n}:{q}") for n, q in one_round + one_round]
+    assert {name: len(ms) for name, ms in samples.items()} == {"a": 6, "b": 6}
+    with pytest.raises(InvalidInput, match="warm-up"):
+        time_searches({"a": recorder("a")}, ["w0", "w1"], repeats=1, warmup=2)

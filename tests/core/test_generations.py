@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -9,9 +10,13 @@ import pytest
 from ragindex.config import RagIndexSpec
 from ragindex.errors import InvalidInput
 from ragindex.generations import (
+    CHECKS,
     GENERATION_FIELDS,
+    BuildReport,
     GenerationRecord,
     PromotionEvidence,
+    alias_switch,
+    build_report,
     changed_generation_fields,
     expired,
     fail,
@@ -19,6 +24,7 @@ from ragindex.generations import (
     forget,
     index_generation,
     ingest_group,
+    lexical_index_name,
     promote,
     promotion_failures,
     rollback_target,
@@ -112,6 +118,36 @@ def test_each_failed_check_is_named() -> None:
         evidence(consumed={}, indexed={}, self_check_missed=["a/s/1", "a/s/2"])
     )
     assert [f.split(":")[0] for f in all_three] == ["caught-up", "chunk-counts", "self-check"]
+
+
+def test_the_build_report_gives_progress_then_checks_naming_no_tenant() -> None:
+    behind = build_report("g", evidence(consumed={0: 4, 1: 5}))
+    assert (behind.consumed, behind.end, behind.progress, behind.checks) == (9, 15, 60, None)
+    passed = build_report("g", evidence())
+    assert passed.checks == dict.fromkeys(CHECKS, "") and passed.failed == []
+    failed = build_report("g", evidence(indexed={"a": 6, "b": 3}, self_check_missed=["a/s/1"]))
+    assert failed.failed == ["chunk-counts", "self-check"]
+    assert "1 of 2 tenants" in (failed.checks or {})["chunk-counts"]
+    text = json.dumps(failed.to_json())
+    assert '"a"' not in text and "a/s/1" not in text  # served to anyone on the Serve port
+    assert BuildReport.from_json(failed.to_json()) == failed
+    for bad in [{}, {"generation": "g", "consumed": "x", "end": 1, "checks": None}]:
+        with pytest.raises(InvalidInput, match="malformed"):
+            BuildReport.from_json(bad)
+    with pytest.raises(InvalidInput, match="checks"):
+        BuildReport.from_json({"generation": "g", "consumed": 1, "end": 1, "checks": {"x": ""}})
+
+
+def test_the_read_alias_moves_in_one_call() -> None:
+    assert alias_switch("docs", ["docs-a", "docs-b"], "docs-c") == [
+        {"remove": {"index": "docs-a", "alias": "docs"}},
+        {"remove": {"index": "docs-b", "alias": "docs"}},
+        {"add": {"index": "docs-c", "alias": "docs"}},
+    ]
+    assert alias_switch("docs", ["docs-c"], "docs-c") == [
+        {"add": {"index": "docs-c", "alias": "docs"}}
+    ]
+    assert lexical_index_name("docs", "ab12cd34") == "docs-ab12cd34"
 
 
 def test_self_check_sample_is_deterministic_and_bounded() -> None:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from ragindex.errors import InvalidInput
-from ragindex.measure import markdown_table, percentile, percentiles, text_table
+from ragindex.measure import markdown_table, percentile, percentiles, split_warmup, text_table
 
 
 def test_percentiles_interpolate_linearly() -> None:
@@ -28,3 +29,13 @@ def test_text_table_pads_columns_and_checks_widths() -> None:
 
 def test_markdown_table() -> None:
     assert markdown_table(["k", "v"], [["x", 1]]) == ["| k | v |", "|---|---|", "| x | 1 |"]
+
+
+def test_split_warmup_keeps_the_warm_up_out_of_the_timed_set() -> None:
+    assert split_warmup(["a", "b", "c"], 1) == (["a"], ["b", "c"])
+    warm, timed = split_warmup(np.arange(12).reshape(12, 1))
+    assert warm.ravel().tolist() == list(range(10)) and timed.ravel().tolist() == [10, 11]
+    with pytest.raises(InvalidInput, match=r"more than 2 queries \(the warm-up\), got 2"):
+        split_warmup(["a", "b"], 2)
+    with pytest.raises(InvalidInput, match="warm-up must be >= 0"):
+        split_warmup(["a"], -1)

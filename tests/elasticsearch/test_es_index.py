@@ -11,7 +11,8 @@ import pytest
 
 from ragindex.errors import BackendUnavailable, InvalidInput
 from ragindex.lexical.elasticsearch_index import BulkWriteError, ElasticsearchIndex
-from ragindex.lexical.es_server import EsServer, free_port
+from ragindex.lexical.es_server import EsServer
+from ragindex.netutil import free_port
 from ragindex.types import Chunk, ScoredId
 
 pytestmark = pytest.mark.elasticsearch
@@ -120,8 +121,16 @@ def test_alias_swap_never_fails_a_search(
         assert searches > 5
         assert live.generation == "3"
         assert live._alias_targets() == [f"{alias}-3"]
-        assert not live._client.indices.exists(index=f"{alias}-1")
+        # Older generations are kept for rollback until retired; the serving one cannot be.
+        assert live._client.indices.exists(index=f"{alias}-1")
         assert "s:gen:3" in ids(live.search("generation", 5, "t1"))
+        live.drop_generation("1")
+        assert not live._client.indices.exists(index=f"{alias}-1")
+        with pytest.raises(InvalidInput, match="cannot be dropped"):
+            live.drop_generation("3")
+        live.swap_alias("2")  # a rollback: one call back to the retained index
+        assert live._alias_targets() == [f"{alias}-2"]
+        assert "s:gen:3" not in ids(live.search("generation", 5, "t1"))
     finally:
         live.drop()
         live.close()

@@ -20,13 +20,24 @@ from ragindex.app.embedded import ingest_through_log
 from ragindex.app.generations import read_record, serving_spec
 from ragindex.app.reindex import Reindex, retire_expired
 from ragindex.app.serve.data_plane import DEFAULT_NAMESPACE, plane_topics, replica_dir
+from ragindex.app.serve.generation_report import (
+    consumed_offsets,
+    gather_evidence,
+    generation_report,
+)
 from ragindex.app.serve.query_side import LocalQuerySide, SerializedEmbedder
+from ragindex.app.serve.router import views_caught_up
 from ragindex.app.serve_cli import APP_NAME
 from ragindex.config import RagIndexSpec
 from ragindex.errors import InvalidInput
 from ragindex.evals.collections import Collection
 from ragindex.evals.metrics import ndcg_at_k
-from ragindex.generations import PromotionRefused, index_generation
+from ragindex.generations import (
+    BuildReport,
+    PromotionRefused,
+    index_generation,
+    promotion_failures,
+)
 from ragindex.log import FileLog
 from ragindex.protocols import Embedder, Vectors
 from ragindex.records import doc_key, encode_document
@@ -250,3 +261,50 @@ def test_reindex_refuses_what_needs_no_rebuild_and_changes_nothing(
     assert main(["reindex", "--spec", str(in_place_file), "--data-dir", str(data_dir)]) == 2
     assert main(["reindex", "--rollback", "--data-dir", str(data_dir)]) == 2
     assert (data_dir / "generations.json").read_bytes() == before
+
+
+def test_the_build_report_shows_progress_then_checks_on_a_consistent_cut(
+    data_dir: Path, shared: Embedder
+) -> None:
+    """What a generation's Router serves at /v1/generation, on the same file log."""
+    reindex = Reindex(data_dir, RESHARDED, embedder=shared, serving_embedder=shared)
+    side = open_side(data_dir, RESHARDED, shared, "test-report")
+    new = index_generation(RESHARDED)
+
+    def report() -> BuildReport:
+        def views_reached(chunk_offsets: list[int]) -> bool:
+            side.refresh()
+            return views_caught_up(side.progress(), chunk_offsets)
+
+        return generation_report(reindex.log, reindex.topics, new, side, 5, views_reached)[0]
+
+    try:
+        reindex.backfill.poll(32)
+        partial = report()
+        assert partial.checks is None and 0 < partial.consumed < partial.end == SLICE
+        reindex.catch_up()
+        done = report()
+        assert (done.consumed, done.end) == (SLICE, SLICE)
+        assert done.checks == {"caught-up": "", "chunk-counts": "", "self-check": ""}
+
+        # A write the workers consume while the checks run (the cluster's workers never
+        # pause): counted on neither side, so it cannot fail the chunk counts.
+        before = consumed_offsets(reindex.log, reindex.topics)
+        d = live_doc(99)
+        key = doc_key(TENANT, d.source, d.doc_id)
+        reindex.log.append(
+            reindex.topics.docs, [(partition_for_key(key, 3), key, encode_document(d))]
+        )
+        reindex.catch_up()
+        side.refresh()
+        after = consumed_offsets(reindex.log, reindex.topics)
+        cut = gather_evidence(
+            reindex.log, reindex.topics, side, 5, before, before, settled=lambda: after
+        )
+        assert promotion_failures(cut) == []
+        assert cut.documents == cut.indexed == {TENANT: SLICE}
+        naive = gather_evidence(reindex.log, reindex.topics, side, 5, before, before)
+        assert naive.indexed == {TENANT: SLICE + 1}  # what the cut protects against
+    finally:
+        side.close()
+        reindex.close()

@@ -97,3 +97,52 @@ def test_suite_exits_1_when_a_section_fails(
         "--vectors", "600", "--threads", "1", "--skip", "es", "--skip", "serve",
     ]  # fmt: skip
     assert "SUITE FAILED" in capsys.readouterr().out
+
+
+def test_suite_reruns_one_section_into_its_json_with_the_same_options(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ragindex.shards import bench as shard_bench
+
+    monkeypatch.setattr(gate_cli, "_query_path", lambda *_args: {})
+    monkeypatch.setattr(gate_cli, "resolve_collection", lambda _name: None)
+    out = tmp_path / "suite.json"
+    common = {"json": out, "plots": tmp_path / "img", "skip": ["es", "serve"], "threads": 1}
+    first = argparse.Namespace(vectors=600, **common)
+    assert gate_cli.bench_suite_command(first) == 0
+    before = json.loads(out.read_text())
+    assert before["filtered"]["0.5"]["recall@10"] == 1.0  # 300 vectors: searched exactly
+
+    poor = {"0.5": {"recall@10": 0.5, "vectors": 300, "search": "hnsw", "p50_ms": 1, "p99_ms": 2}}
+    monkeypatch.setattr(shard_bench, "run_filtered_bench", lambda **_kw: poor)
+    rerun = argparse.Namespace(vectors=600, only=["filtered"], check=True, **common)
+    assert gate_cli.bench_suite_command(rerun) == 1  # --check: the rerun section misses a goal
+    assert "missed goal: filtered 0.5 recall@10: 0.5 misses the goal >= 0.95" in (
+        capsys.readouterr().out
+    )
+    after = json.loads(out.read_text())
+    assert after["filtered"] == poor and after["dense_curve"] == before["dense_curve"]
+    assert after["run"]["command"] == before["run"]["command"]
+    assert [r["sections"] for r in after["run"]["reruns"]] == [["filtered"]]
+    assert after["run"]["reruns"][0]["command"][-2:] == ["--only", "filtered"]
+    page = gate_cli.render_markdown(after, None, out, tmp_path)
+    assert "Rerun alone since, with the same options, in" in page and ": filtered (`" in page
+
+    other = argparse.Namespace(vectors=800, only=["filtered"], **common)
+    with pytest.raises(InvalidInput, match="same options"):
+        gate_cli.bench_suite_command(other)
+    assert json.loads(out.read_text()) == after  # refused: nothing rewritten
+
+
+def test_suite_check_holds_every_sections_goals() -> None:
+    suite = {
+        "filtered": {"0.01": {"recall@10": 1.0}, "0.5": {"recall@10": 0.9}},
+        "peers": {"bm25": {"bm25": {}, "bm25_ndcg@10_abs_diff": 0.02}},
+        "serve": {"missed_goals": ["ratio_p50: 1.7 misses the goal <= 1.5"]},
+    }
+    assert gate_cli.suite_missed_goals(suite) == [
+        "filtered 0.5 recall@10: 0.9 misses the goal >= 0.95",
+        "peers.bm25 bm25_ndcg@10_abs_diff: 0.02 misses the goal <= 0.01",
+        "serve ratio_p50: 1.7 misses the goal <= 1.5",
+    ]
+    assert gate_cli.suite_missed_goals({"filtered": {"run": {}}}) == []

@@ -62,11 +62,24 @@ def test_names_and_subresources() -> None:
     version = spec["versions"][0]
     assert version["name"] == "v1alpha1" and version["subresources"] == {"status": {}}
     columns = [c["name"] for c in version["additionalPrinterColumns"]]
-    assert columns == ["Ready", "Shards", "Embedder", "Generation", "Endpoint", "Age"]
+    assert columns == ["Ready", "Shards", "Embedder", "Generation", "Backfill", "Endpoint", "Age"]
     status = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
-    assert {"observedGeneration", "conditions", "endpoint", "activeGeneration", "phase"} <= set(
-        status
-    )
+    assert {
+        "observedGeneration",
+        "conditions",
+        "endpoint",
+        "activeGeneration",
+        "phase",
+        "generations",
+    } <= set(status)
+    generation = status["generations"]["items"]["properties"]
+    assert set(generation["phase"]["enum"]) == {
+        "Backfilling",
+        "Verifying",
+        "Serving",
+        "Retained",
+        "Failed",
+    }
     condition = status["conditions"]["items"]["properties"]
     assert set(condition) == {
         "type",
@@ -196,10 +209,32 @@ def test_full_spec_is_accepted_and_printed(kube_cluster, kube_namespace) -> None
         "SHARDS",
         "EMBEDDER",
         "GENERATION",
+        "BACKFILL",
         "ENDPOINT",
         "AGE",
     ]
     assert row.split()[:3] == ["full", "4", "all-MiniLM-L6-v2"]
+    # The status the operator writes while a new generation backfills, as the columns show it.
+    entries = [
+        {"id": "aaaa1111", "phase": "Retained"},
+        {"id": "bbbb2222", "phase": "Serving"},
+        {"id": "cccc3333", "phase": "Backfilling", "progress": "42%"},
+    ]
+    status = {"status": {"activeGeneration": "bbbb2222", "generations": entries}}
+    kube_cluster.kubectl(
+        "patch",
+        "ri",
+        "full",
+        "-n",
+        kube_namespace,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        json.dumps(status),
+    )
+    table = kube_cluster.kubectl("get", "ri", "full", "-n", kube_namespace).stdout
+    row = table.splitlines()[1].split()
+    assert row[-3:-1] == ["bbbb2222", "42%"], table  # (Ready is empty: no conditions)
     got = json.loads(
         kube_cluster.kubectl("get", "ri", "full", "-n", kube_namespace, "-o", "json").stdout
     )

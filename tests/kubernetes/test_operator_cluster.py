@@ -9,11 +9,14 @@ KubeRay would write (the status subresource), which is all the operator reads.
 
 from __future__ import annotations
 
+import json
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import pytest
 import yaml
@@ -26,7 +29,7 @@ from lightkube.resources.networking_v1 import NetworkPolicy
 from lightkube.types import PatchType
 
 from ragindex.config import RagIndexSpec
-from ragindex.generations import index_generation
+from ragindex.generations import BuildReport, index_generation
 from ragindex.operator.apply import (
     Elasticsearch,
     Kafka,
@@ -109,12 +112,57 @@ def client(kube_cluster: Any) -> Iterator[Client]:
     c.close()
 
 
+class BuildReports:
+    """Serves generations' build reports over real HTTP, as each generation's Router does at
+    /v1/generation (there are no pods here); a test sets what a generation reports."""
+
+    def __init__(self) -> None:
+        self.reports: dict[str, dict[str, Any]] = {}
+        reports = self.reports
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                body = reports.get(self.path.rsplit("/", 1)[-1])
+                data = json.dumps(body).encode()
+                self.send_response(200 if body is not None else 404)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *_: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def url(self, name: str, namespace: str, generation: str) -> str:
+        return f"http://127.0.0.1:{self.server.server_port}/{namespace}/{name}/{generation}"
+
+    def set(self, generation: str, consumed: int, end: int, checks: dict[str, str] | None) -> None:
+        self.reports[generation] = BuildReport(generation, consumed, end, checks).to_json()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
 @pytest.fixture
-def operator(kube_cluster: Any, kube_namespace: str) -> Iterator[KopfRunner]:
+def reports() -> Iterator[BuildReports]:
+    served = BuildReports()
+    yield served
+    served.close()
+
+
+@pytest.fixture
+def operator(kube_cluster: Any, kube_namespace: str, reports: BuildReports) -> Iterator[KopfRunner]:
     """The cluster-runtime operator watching the test's namespace, polling readiness every 1 s
-    and retrying a refusal every 2 s."""
+    and retrying a refusal every 2 s; build reports come from `reports`."""
     registry = register(
-        OperatorOptions(runtime="cluster", poll_interval_s=1.0, refused_retry_s=2.0)
+        OperatorOptions(
+            runtime="cluster", poll_interval_s=1.0, refused_retry_s=2.0, report_url=reports.url
+        )
     )
     with KopfRunner(
         ["run", "--standalone", "--namespace", kube_namespace, "--verbose"],
@@ -159,11 +207,14 @@ def patch_spec(client: Client, namespace: str, name: str, spec: dict[str, Any]) 
     client.patch(RagIndex, name, {"spec": spec}, namespace=namespace, patch_type=PatchType.MERGE)
 
 
-def mark_ready(client: Client, namespace: str, name: str) -> None:
-    """Write the status KubeRay writes when a RayService serves (there is no KubeRay here)."""
-    status = {
-        "status": {
-            "serviceStatus": "Running",
+def mark_ready(
+    client: Client, namespace: str, name: str, signal: Literal["condition", "serviceStatus"]
+) -> None:
+    """Write ONE of the two statuses KubeRay writes when a RayService serves (there is no
+    KubeRay here): the v1 `Ready` condition, or the older `serviceStatus: Running`. Each call
+    site writes one, so each signal alone is shown to move the operator."""
+    status: dict[str, Any] = (
+        {
             "conditions": [
                 {
                     "type": "Ready",
@@ -172,10 +223,18 @@ def mark_ready(client: Client, namespace: str, name: str) -> None:
                     "message": "",
                     "lastTransitionTime": "2026-01-01T00:00:00Z",
                 }
-            ],
+            ]
         }
-    }
-    client.patch(RayService.Status, name, status, namespace=namespace, patch_type=PatchType.MERGE)
+        if signal == "condition"
+        else {"serviceStatus": "Running"}
+    )
+    client.patch(
+        RayService.Status,
+        name,
+        {"status": status},
+        namespace=namespace,
+        patch_type=PatchType.MERGE,
+    )
 
 
 def serve_deployments(ray_service: Any) -> set[str]:
@@ -277,61 +336,109 @@ def test_example_is_applied_owned_and_follows_edits(
     assert status["observedGeneration"] == 4
 
 
-def test_embedder_change_rolls_out_a_new_generation(
-    client: Client, kube_namespace: str, operator: KopfRunner
+def generation_entry(status: dict[str, Any], generation: str) -> dict[str, Any]:
+    return next((e for e in status.get("generations") or [] if e["id"] == generation), {})
+
+
+def test_a_new_generation_serves_only_once_backfilled_and_checked(
+    client: Client, kube_namespace: str, operator: KopfRunner, reports: BuildReports
 ) -> None:
     ns = kube_namespace
     token_secret_for(client, ns, "roll", "roll-tokens")
-    create_index(
-        client, ns, "roll", {**CLUSTER, "authSecret": "roll-tokens", "dense": {"shards": 1}}
-    )
-    old = index_generation(RagIndexSpec.model_validate({"dense": {"shards": 1}}))
+    base = {**CLUSTER, "authSecret": "roll-tokens", "dense": {"shards": 1}}
+    create_index(client, ns, "roll", base)
+    old = index_generation(RagIndexSpec.model_validate(base))
     old_rs = ray_service_name("roll", old)
     wait_for("first RayService", lambda: get_or_none(client, RayService, old_rs, ns))
-    mark_ready(client, ns, old_rs)
+    mark_ready(client, ns, old_rs, "condition")
     status = wait_for(
         "Ready on the first generation",
         lambda: (s := status_of(client, "roll", ns)).get("activeGeneration") == old and s,
     )
     assert condition(status, "Ready")["status"] == "True"
+    assert generation_entry(status, old)["phase"] == "Serving"
 
-    patch_spec(client, ns, "roll", {"embedder": {"model": "all-mpnet-base-v2"}})
-    new = index_generation(
-        RagIndexSpec.model_validate(
-            {"embedder": {"model": "all-mpnet-base-v2"}, "dense": {"shards": 1}}
-        )
-    )
-    new_rs = ray_service_name("roll", new)
-    assert new != old
-    wait_for("second RayService", lambda: get_or_none(client, RayService, new_rs, ns))
-    status = wait_for(
-        "generation 2 reconciled",
-        lambda: (s := status_of(client, "roll", ns)).get("observedGeneration") == 2 and s,
-    )
-    # The old generation still serves; the Service still selects it.
-    assert get_or_none(client, RayService, old_rs, ns) is not None
-    assert status["activeGeneration"] == old
-    assert condition(status, "Ready")["reason"] == "PreviousGenerationServing"
-    selector = plain(client.get(Service, "roll", namespace=ns))["spec"]["selector"]
-    assert selector[LABEL_GENERATION] == old
+    def selected() -> str:
+        return plain(client.get(Service, "roll", namespace=ns))["spec"]["selector"][
+            LABEL_GENERATION
+        ]
 
-    mark_ready(client, ns, new_rs)
+    # 1. An embedder change whose self-check fails: ready, caught up, but never promoted.
+    bad = {**base, "embedder": {"model": "all-mpnet-base-v2"}}
+    failing = index_generation(RagIndexSpec.model_validate(bad))
+    patch_spec(client, ns, "roll", bad)
     wait_for(
-        "old generation pruned",
+        "its RayService",
+        lambda: get_or_none(client, RayService, ray_service_name("roll", failing), ns),
+    )
+    mark_ready(client, ns, ray_service_name("roll", failing), "condition")
+    reports.set(failing, 40, 100, None)
+    status = wait_for(
+        "backfill progress",
         lambda: (
-            gone(client, RayService, old_rs, ns)
-            and gone(client, NetworkPolicy, network_policy_name("roll", old), ns)
-            and gone(client, KafkaTopic, f"roll-chunks-{old}", ns)
+            generation_entry(s := status_of(client, "roll", ns), failing).get("progress") == "40%"
+            and s
         ),
     )
+    assert generation_entry(status, failing)["phase"] == "Backfilling"
+    assert status["activeGeneration"] == old and selected() == old
+    assert condition(status, "Ready")["reason"] == "PreviousGenerationServing"
+    reports.set(failing, 100, 100, {"caught-up": "", "chunk-counts": "", "self-check": "3 of 20"})
+    status = wait_for(
+        "the failed check",
+        lambda: (
+            condition(s := status_of(client, "roll", ns), "Degraded").get("status") == "True" and s
+        ),
+    )
+    assert condition(status, "Degraded")["reason"] == "GenerationCheckFailed"
+    assert "self-check" in condition(status, "Degraded")["message"]
+    assert generation_entry(status, failing)["phase"] == "Failed"
+    assert status["activeGeneration"] == old and selected() == old
+    assert condition(status, "Ready")["status"] == "True"
+
+    # 2. A reshard that backfills and passes: promoted; the failed build is retired and the
+    # old generation retained (its RayService kept) for rollback.
+    good = {**base, "dense": {"shards": 2}}
+    new = index_generation(RagIndexSpec.model_validate(good))
+    new_rs = ray_service_name("roll", new)
+    patch_spec(client, ns, "roll", {"embedder": {"model": "all-MiniLM-L6-v2"}, **good})
+    wait_for("reshard RayService", lambda: get_or_none(client, RayService, new_rs, ns))
+    wait_for(
+        "the failed generation retired",
+        lambda: gone(client, RayService, ray_service_name("roll", failing), ns),
+    )
+    mark_ready(client, ns, new_rs, "serviceStatus")
+    time.sleep(2.5)  # ready, but no report yet: nothing moves
+    assert status_of(client, "roll", ns)["activeGeneration"] == old and selected() == old
+    reports.set(new, 120, 120, {"caught-up": "", "chunk-counts": "", "self-check": ""})
+    status = wait_for(
+        "promotion",
+        lambda: (s := status_of(client, "roll", ns)).get("activeGeneration") == new and s,
+    )
+    assert selected() == new
+    assert generation_entry(status, new)["phase"] == "Serving"
+    assert generation_entry(status, old)["phase"] == "Retained"
+    assert condition(status, "Degraded")["status"] == "False"
+    assert get_or_none(client, RayService, old_rs, ns) is not None
     # The docs topic is the corpus: it outlives every generation.
     assert get_or_none(client, KafkaTopic, "roll-docs", ns) is not None
-    status = status_of(client, "roll", ns)
-    assert status["activeGeneration"] == new
     service = plain(client.get(Service, "roll", namespace=ns))
-    assert service["spec"]["selector"][LABEL_GENERATION] == new
     # Re-applied at the switch with its owner reference (garbage-collected with the RagIndex).
     assert [o["kind"] for o in service["metadata"]["ownerReferences"]] == ["RagIndex"]
+
+    # 3. Rollback inside the window: re-apply the old spec; the retained generation (caught up
+    # on the writes since) serves again without a rebuild.
+    reports.set(old, 130, 130, {"caught-up": "", "chunk-counts": "", "self-check": ""})
+    patch_spec(client, ns, "roll", {"dense": {"shards": 1}})
+    status = wait_for(
+        "rollback",
+        lambda: (s := status_of(client, "roll", ns)).get("activeGeneration") == old and s,
+    )
+    assert selected() == old
+    assert generation_entry(status, new)["phase"] == "Retained"
+    assert get_or_none(client, RayService, new_rs, ns) is not None
+    table = client.get(RagIndex, "roll", namespace=ns)  # the printer column's source
+    assert dict(table.get("status") or {})["activeGeneration"] == old
 
 
 def test_delete_removes_every_child(

@@ -22,7 +22,7 @@ from lightkube.core.exceptions import ApiError
 
 from ragindex.config import RagIndexSpec
 from ragindex.generations import index_generation
-from ragindex.lexical.es_server import free_port
+from ragindex.netutil import free_port
 from ragindex.operator.apply import RagIndex
 from ragindex.operator.handlers import OperatorOptions, register
 from ragindex.operator.local_runtime import app_name, ray_auth_token

@@ -26,7 +26,6 @@ from ragindex.operator.status import (
     find_condition,
     ray_service_verdict,
     rfc3339,
-    rollout,
     set_condition,
     status_patch,
 )
@@ -136,16 +135,6 @@ def test_serving_failure_is_degraded() -> None:
         "ServeFailed",
         "import error",
     )
-
-
-def test_rollout_keeps_the_old_generation_until_the_new_one_is_ready() -> None:
-    pending = Verdict(False, "Progressing", "starting")
-    verdict, active = rollout("old", "new", pending)
-    assert (verdict.ok, verdict.reason, active) == (True, "PreviousGenerationServing", "old")
-    verdict, active = rollout("old", "new", Verdict(True, "Serving"))
-    assert (verdict.ok, active) == (True, "new")
-    verdict, active = rollout(None, "new", pending)
-    assert (verdict.ok, active) == (False, None)
 
 
 def test_ray_service_verdict() -> None:

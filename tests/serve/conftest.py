@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from ragindex.config import RagIndexSpec
-from ragindex.lexical.es_server import free_port
+from ragindex.netutil import free_port
 from ragindex.serve_config import render_serve_config
 
 for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):

@@ -83,7 +83,14 @@ def test_upsert_is_acknowledged_by_the_log_and_applied_with_wait(
         assert first.status_code == 202, first.text
         (accepted,) = first.json()["accepted"]
         assert (accepted["source"], accepted["doc_id"]) == ("notes", "counts")
-        assert accepted["partition"] >= 0 and accepted["offset"] >= 0
+        # the docs partition is the one the document's key hashes to (ragindex.topics)
+        from ragindex.app.serve.data_plane import docs_partitions
+        from ragindex.config import RagIndexSpec
+        from ragindex.records import doc_key
+        from ragindex.topics import partition_for_key
+
+        key = doc_key("alpha", "notes", "counts")
+        assert accepted["partition"] == partition_for_key(key, docs_partitions(RagIndexSpec()))
         assert first.json()["applied"] is True
         hits = search(client, "counting chunks", k=100, mode="lexical")["hits"]
         assert [h["chunk_id"] for h in hits].count("notes:counts:0") == 1
@@ -334,6 +341,14 @@ def test_ops_endpoints(loaded: ServedApp, tokens: dict[str, str]) -> None:
         assert set(stats) <= set(openapi["components"]["schemas"]["StatsResponse"]["properties"])
         search(client, "bread")
     with loaded.client() as client:
+        # The build report the operator promotes on: caught up, every check passed, and
+        # nothing in it names a tenant or a document.
+        report = client.get("/v1/generation")
+        assert report.status_code == 200, report.text
+        body = report.json()
+        assert body["consumed"] == body["end"] > 0
+        assert body["checks"] == {"caught-up": "", "chunk-counts": "", "self-check": ""}
+        assert "alpha" not in report.text and "lighthouse" not in report.text
         metrics = client.get("/metrics")
     assert metrics.status_code == 200
     assert 'ragindex_http_requests_total{route="/v1/search",status="200"}' in metrics.text

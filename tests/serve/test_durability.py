@@ -26,7 +26,7 @@ from typing import Any
 import httpx
 import pytest
 
-from ragindex.lexical.es_server import free_port
+from ragindex.netutil import free_port
 from ragindex.router.auth import create_token
 
 pytestmark = [pytest.mark.serve, pytest.mark.slow]

@@ -21,7 +21,7 @@ import httpx
 import numpy as np
 import pytest
 
-from ragindex.lexical.es_server import free_port
+from ragindex.netutil import free_port
 from ragindex.router.auth import create_token
 
 pytestmark = [pytest.mark.serve, pytest.mark.slow]

@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from ragindex.config import RagIndexSpec
-from ragindex.lexical.es_server import free_port
+from ragindex.netutil import free_port
 from ragindex.router.auth import TOKENS_FILE, create_token
 from ragindex.serve_config import AUTH_DIR_ENV, KAFKA_BOOTSTRAP_ENV, render_serve_config
 

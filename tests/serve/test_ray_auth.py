@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from ragindex.app.serve_cli import RAY_TOKEN_FILE, ensure_ray_token
-from ragindex.lexical.es_server import free_port
+from ragindex.netutil import free_port
 
 RAGINDEX = Path(sys.executable).parent / "ragindex"
 READY_TIMEOUT_S = 300.0

@@ -22,7 +22,7 @@ def test_small_run_has_the_documented_shape_and_high_recall():
     assert result["0.5"]["vectors"] == 2000 and result["0.5"]["search"] == "hnsw"
     for row in result.values():
         assert row["recall@10"] >= 0.95
-        assert row["p50_ms"] > 0 and row["p99_ms"] >= row["p50_ms"]
+        assert row["samples"] == 30 and row["p50_ms"] > 0  # the warm-up queries are not timed
 
 
 def test_inputs_are_checked():

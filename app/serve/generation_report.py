@@ -1,0 +1,187 @@
+"""A generation's build report: how far its backfill got and whether it may be promoted.
+
+The cluster's operator promotes a new generation only on this report
+(`ragindex.generations.BuildReport`), which the generation's own Router serves at
+`GET /v1/generation` (`ragindex.operator.promotion`). The embedded runtime's `ragindex reindex`
+gathers the same evidence (`gather_evidence`) with its backfill worker paused.
+
+In the cluster the generation's ingest workers keep consuming while the report is made, so the
+checks look at a consistent cut: the corpus as of the offsets consumed at the start (`before`),
+the views' documents once they applied every chunk produced up to then, and every document
+written between `before` and the end of the check (`after`) left out of the comparison on both
+sides (its chunks may or may not be in the views yet; the next report covers it).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from typing import Protocol
+
+from ragindex.app.serve.ingest import applied_target
+from ragindex.generations import (
+    SELF_CHECK_TOP_K,
+    BuildReport,
+    PromotionEvidence,
+    build_report,
+    self_check_sample,
+)
+from ragindex.ingest.worker import DataPlaneTopics
+from ragindex.protocols import Log
+from ragindex.records import DocKey, decode_document
+from ragindex.router.query import SearchResult
+from ragindex.types import Document
+
+VIEWS_WAIT_S = 2.0  # the views trail the log by about their refresh interval
+VIEWS_POLL_S = 0.05
+
+
+class _Dense(Protocol):
+    def document_keys(self, tenant_id: str) -> set[tuple[str, str]]: ...
+
+
+class ReportSide(Protocol):
+    """What the report reads of a generation's query side (Local or Cluster)."""
+
+    @property
+    def dense(self) -> _Dense | None: ...
+
+    def search(
+        self, tenant_id: str, query: str, k: int | None, mode: str, rerank: bool | None
+    ) -> SearchResult: ...
+
+
+def consumed_offsets(log_: Log, topics: DataPlaneTopics) -> dict[int, int]:
+    """`docs` partition -> the next offset the generation's ingest group has not committed."""
+    return {p: log_.committed(topics.group, topics.docs, p) for p in range(topics.docs_partitions)}
+
+
+def end_offsets(log_: Log, topics: DataPlaneTopics) -> dict[int, int]:
+    return {p: log_.end_offset(topics.docs, p) for p in range(topics.docs_partitions)}
+
+
+def live_documents(
+    log_: Log, topics: DataPlaneTopics, upto: dict[int, int]
+) -> dict[DocKey, Document]:
+    """The corpus as of `upto` (partition -> offset): each key's newest value, minus deletes."""
+    docs: dict[DocKey, Document | None] = {}
+    for partition, end in upto.items():
+        offset = log_.begin_offset(topics.docs, partition)
+        while offset < end:
+            records = log_.read(topics.docs, partition, offset, max_records=5000)
+            if not records:
+                break
+            for r in records:
+                if r.offset >= end:
+                    break
+                docs[DocKey.decode(r.key)] = None if r.value is None else decode_document(r.value)
+            offset = records[-1].offset + 1
+    return {k: d for k, d in docs.items() if d is not None}
+
+
+def written_between(
+    log_: Log, topics: DataPlaneTopics, before: Mapping[int, int], after: Mapping[int, int]
+) -> set[DocKey]:
+    """Documents written (or deleted) at `docs` offsets in [before, after)."""
+    keys: set[DocKey] = set()
+    for partition, end in after.items():
+        offset = before.get(partition, 0)
+        while offset < end:
+            records = log_.read(topics.docs, partition, offset, max_records=5000)
+            if not records:
+                break
+            keys.update(DocKey.decode(r.key) for r in records if r.offset < end)
+            offset = records[-1].offset + 1
+    return keys
+
+
+def gather_evidence(
+    log_: Log,
+    topics: DataPlaneTopics,
+    side: ReportSide,
+    sample_size: int,
+    consumed: Mapping[int, int],
+    ends: Mapping[int, int],
+    settled: Callable[[], Mapping[int, int]] | None = None,
+) -> PromotionEvidence:
+    """The promotion evidence of the generation `side` reads, for the corpus as of `consumed`.
+
+    `settled` (the cluster: workers keep consuming) returns the consumed offsets after the
+    views were read; documents written in between are left out on both sides.
+    """
+    corpus = live_documents(log_, topics, dict(consumed))
+    assert side.dense is not None
+    tenants = sorted({k.tenant_id for k in corpus})
+    views = {t: side.dense.document_keys(t) for t in tenants}
+    moving: set[DocKey] = set()
+    if settled is not None:
+        moving = written_between(log_, topics, consumed, settled())
+    stable = {k: d for k, d in corpus.items() if k not in moving}
+    moving_docs = {(k.tenant_id, k.source, k.doc_id) for k in moving}
+    indexed = {
+        t: sum(1 for s, d in keys if (t, s, d) not in moving_docs) for t, keys in views.items()
+    }
+    sample = self_check_sample(
+        [k.encode() for k, d in stable.items() if d.title.strip()], sample_size
+    )
+    missed = []
+    for key_bytes in sample:
+        key = DocKey.decode(key_bytes)
+        hits = side.search(key.tenant_id, stable[key].title, SELF_CHECK_TOP_K, "dense", False).hits
+        if (key.source, key.doc_id) not in {(h.chunk.source, h.chunk.doc_id) for h in hits}:
+            missed.append(key_bytes.decode())
+    return PromotionEvidence(
+        docs_end=dict(ends),
+        consumed=dict(consumed),
+        documents=dict(Counter(k.tenant_id for k in stable)),
+        indexed=indexed,
+        self_check_missed=missed,
+        self_check_sampled=len(sample),
+    )
+
+
+def generation_report(
+    log_: Log,
+    topics: DataPlaneTopics,
+    generation: str,
+    side: ReportSide,
+    sample_size: int,
+    views_reached: Callable[[list[int]], bool],
+    goal: Mapping[int, int] | None = None,
+    views_wait_s: float = VIEWS_WAIT_S,
+) -> tuple[BuildReport, dict[int, int]]:
+    """The report the generation's Router serves, and the `docs` end offsets it saw (the
+    caller passes them back as `goal` next time).
+
+    Under steady writes the workers always trail the end of `docs` by a few records, so
+    "caught up" means: consumed everything that was in `docs` at the previous report (`goal`;
+    at the first report, now). Then the views must apply the chunks produced up to that cut
+    (`views_reached(chunk offsets)`, polled for up to `views_wait_s`), and the checks run on
+    the cut. Until both hold the report has no checks (the operator shows Backfilling n%, or
+    Verifying)."""
+    consumed = consumed_offsets(log_, topics)
+    ends = end_offsets(log_, topics)
+    target = dict(goal) if goal is not None else ends
+    progress = BuildReport(
+        generation, sum(min(c, ends[p]) for p, c in consumed.items()), sum(ends.values())
+    )
+    if any(consumed[p] < target.get(p, 0) for p in consumed):
+        return progress, ends
+    # Read after `consumed`: every chunk produced for the cut is below these offsets.
+    chunk_goal = [applied_target(log_, topics.chunks, s) for s in range(topics.shards)]
+    deadline = time.monotonic() + views_wait_s
+    while not views_reached(chunk_goal):
+        if time.monotonic() > deadline:
+            return progress, ends
+        time.sleep(VIEWS_POLL_S)
+    evidence = gather_evidence(
+        log_,
+        topics,
+        side,
+        sample_size,
+        consumed,
+        consumed,  # caught up as of the cut; what was written since is left out
+        settled=lambda: consumed_offsets(log_, topics),
+    )
+    return build_report(generation, evidence), ends
