@@ -64,55 +64,6 @@ def _error_of(e: BaseException) -> KafkaError | None:
     return None
 
 
-SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-SASL_MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN")
-
-
-def client_security(
-    *,
-    username: str | None = None,
-    password: str | None = None,
-    sasl_mechanism: str = "SCRAM-SHA-512",
-    security_protocol: str | None = None,
-    ssl_ca_location: str | None = None,
-) -> dict[str, str]:
-    """The librdkafka settings for a client's security (pure): SASL credentials go with
-    SASL_SSL unless a protocol is named; a CA file verifies the brokers' certificates (else the
-    system's CAs do). InvalidInput for settings that cannot work together."""
-    if (username is None) != (password is None):
-        raise InvalidInput("give both a Kafka username and a password, or neither")
-    protocol = security_protocol or ("SASL_SSL" if username is not None else None)
-    if protocol is not None and protocol not in SECURITY_PROTOCOLS:
-        raise InvalidInput(
-            f"Kafka security protocol {protocol!r} is not one of {', '.join(SECURITY_PROTOCOLS)}"
-        )
-    sasl = protocol is not None and protocol.startswith("SASL_")
-    if sasl and username is None:
-        raise InvalidInput(f"Kafka security protocol {protocol} needs a username and a password")
-    if username is not None and not sasl:
-        raise InvalidInput(f"Kafka credentials need a SASL protocol, not {protocol}")
-    if ssl_ca_location is not None and not (protocol or "").endswith("SSL"):
-        raise InvalidInput(f"a Kafka CA file needs SSL or SASL_SSL, not {protocol or 'PLAINTEXT'}")
-    out: dict[str, str] = {}
-    if protocol is not None:
-        out["security.protocol"] = protocol
-    if sasl:
-        if sasl_mechanism not in SASL_MECHANISMS:
-            raise InvalidInput(
-                f"SASL mechanism {sasl_mechanism!r} is not one of {', '.join(SASL_MECHANISMS)}"
-            )
-        out.update(
-            {
-                "sasl.mechanism": sasl_mechanism,
-                "sasl.username": username or "",
-                "sasl.password": password or "",
-            }
-        )
-    if ssl_ca_location is not None:
-        out["ssl.ca.location"] = ssl_ca_location
-    return out
-
-
 class KafkaLog:
     """A `Log` on Kafka brokers (`bootstrap_servers`, optionally SASL credentials)."""
 
@@ -124,7 +75,6 @@ class KafkaLog:
         password: str | None = None,
         sasl_mechanism: str = "SCRAM-SHA-512",
         security_protocol: str | None = None,
-        ssl_ca_location: str | None = None,
         timeout_s: float = 10.0,
         replication_factor: int = -1,
         topic_config: Mapping[str, str] | None = None,
@@ -132,6 +82,8 @@ class KafkaLog:
     ) -> None:
         if not bootstrap_servers:
             raise InvalidInput("KafkaLog needs bootstrap servers (host:port[,host:port...])")
+        if (username is None) != (password is None):
+            raise InvalidInput("give both a Kafka username and a password, or neither")
         self.timeout_s = timeout_s
         self._last_error: str | None = None
         self.replication_factor = replication_factor
@@ -144,15 +96,17 @@ class KafkaLog:
             "log_level": 0,  # connection failures surface as errors, not stderr noise
             "error_cb": self._remember_error,
         }
-        self._common.update(
-            client_security(
-                username=username,
-                password=password,
-                sasl_mechanism=sasl_mechanism,
-                security_protocol=security_protocol,
-                ssl_ca_location=ssl_ca_location,
+        if username is not None:
+            self._common.update(
+                {
+                    "security.protocol": security_protocol or "SASL_SSL",
+                    "sasl.mechanism": sasl_mechanism,
+                    "sasl.username": username,
+                    "sasl.password": password,
+                }
             )
-        )
+        elif security_protocol:
+            self._common["security.protocol"] = security_protocol
         self._admin = AdminClient(dict(self._common))
         self._mutex = threading.Lock()  # guards the client maps, held only briefly
         self._writing = threading.Lock()  # one transaction at a time per producer

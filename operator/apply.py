@@ -31,7 +31,6 @@ from ragindex.operator.render import (
     KAFKA,
     KAFKA_NODE_POOL,
     KAFKA_TOPIC,
-    KAFKA_USER,
     LABEL_INDEX,
     LABEL_MANAGED_BY,
     MANAGED_KINDS,
@@ -54,7 +53,6 @@ KafkaNodePool = create_namespaced_resource(
     "kafka.strimzi.io", "v1", "KafkaNodePool", "kafkanodepools"
 )
 KafkaTopic = create_namespaced_resource("kafka.strimzi.io", "v1", "KafkaTopic", "kafkatopics")
-KafkaUser = create_namespaced_resource("kafka.strimzi.io", "v1", "KafkaUser", "kafkausers")
 
 RESOURCES: dict[tuple[str, str], type[NamespacedResource]] = {
     CONFIG_MAP: ConfigMap,
@@ -66,7 +64,6 @@ RESOURCES: dict[tuple[str, str], type[NamespacedResource]] = {
     KAFKA: Kafka,
     KAFKA_NODE_POOL: KafkaNodePool,
     KAFKA_TOPIC: KafkaTopic,
-    KAFKA_USER: KafkaUser,
 }
 
 

@@ -38,9 +38,7 @@ from ragindex.serve_config import (
     ES_USERNAME_ENV,
     GENERATOR_API_KEY_ENV,
     KAFKA_BOOTSTRAP_ENV,
-    KAFKA_CA_FILE_ENV,
     KAFKA_PASSWORD_ENV,
-    KAFKA_SECURITY_PROTOCOL_ENV,
     KAFKA_USERNAME_ENV,
     deployment_layout,
     render_serve_config,
@@ -55,8 +53,7 @@ LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 SERVE_PORT = 8000
 BUILD_REPORT_PATH = "/v1/generation"
 DASHBOARD_PORT = 8265
-KAFKA_PORT = 9093  # the managed cluster's TLS + SCRAM-SHA-512 listener
-KAFKA_CA_MOUNT = "/etc/ragindex/kafka-ca"
+KAFKA_PORT = 9092
 AUTH_MOUNT = "/etc/ragindex/auth"
 # Ray images (rayproject/ray and ours on top of it) run as the `ray` user.
 RAY_UID = 1000
@@ -81,7 +78,6 @@ ELASTICSEARCH = ("elasticsearch.k8s.elastic.co/v1", "Elasticsearch")
 KAFKA = ("kafka.strimzi.io/v1", "Kafka")
 KAFKA_NODE_POOL = ("kafka.strimzi.io/v1", "KafkaNodePool")
 KAFKA_TOPIC = ("kafka.strimzi.io/v1", "KafkaTopic")
-KAFKA_USER = ("kafka.strimzi.io/v1", "KafkaUser")
 # PVC is no longer rendered: it stays listed, and not generation-scoped, so that an upgrade
 # prunes the shared claim an older operator created (DESIGN.md §5 has no shared volume).
 MANAGED_KINDS = (
@@ -94,7 +90,6 @@ MANAGED_KINDS = (
     KAFKA,
     KAFKA_NODE_POOL,
     KAFKA_TOPIC,
-    KAFKA_USER,
 )
 GENERATION_SCOPED = frozenset({NETWORK_POLICY, RAY_SERVICE, KAFKA_TOPIC})
 
@@ -170,17 +165,6 @@ def kafka_name(name: str) -> str:
 
 def kafka_node_pool_name(name: str) -> str:
     return f"{kafka_name(name)}-pool"
-
-
-def kafka_user_name(name: str) -> str:
-    """The managed cluster's one user (the index's Ray pods); Strimzi writes its SCRAM password
-    into a Secret of the same name."""
-    return f"{kafka_name(name)}-ray"
-
-
-def kafka_ca_secret(name: str) -> str:
-    """The Secret where Strimzi publishes the managed cluster's CA certificate (`ca.crt`)."""
-    return f"{kafka_name(name)}-cluster-ca-cert"
 
 
 def kafka_bootstrap(name: str, namespace: str) -> str:
@@ -383,14 +367,7 @@ def _pod_env(spec: RagIndexSpec, name: str, namespace: str) -> list[dict[str, An
             _secret_env(ES_PASSWORD_ENV, elasticsearch_password_secret(name), "elastic"),
         ]
     if spec.log.mode == "managed":
-        # TLS against the cluster's own CA, SCRAM-SHA-512 as the KafkaUser Strimzi keeps.
-        env += [
-            {"name": KAFKA_BOOTSTRAP_ENV, "value": kafka_bootstrap(name, namespace)},
-            {"name": KAFKA_SECURITY_PROTOCOL_ENV, "value": "SASL_SSL"},
-            {"name": KAFKA_CA_FILE_ENV, "value": f"{KAFKA_CA_MOUNT}/ca.crt"},
-            {"name": KAFKA_USERNAME_ENV, "value": kafka_user_name(name)},
-            _secret_env(KAFKA_PASSWORD_ENV, kafka_user_name(name), "password"),
-        ]
+        env.append({"name": KAFKA_BOOTSTRAP_ENV, "value": kafka_bootstrap(name, namespace)})
     elif spec.log.mode == "external" and spec.log.bootstrap_servers:
         env.append({"name": KAFKA_BOOTSTRAP_ENV, "value": spec.log.bootstrap_servers})
         if spec.log.credentials_secret:
@@ -405,22 +382,14 @@ def _pod_env(spec: RagIndexSpec, name: str, namespace: str) -> list[dict[str, An
     return env
 
 
-def _volumes(spec: RagIndexSpec, name: str) -> tuple[list[Any], list[Any]]:
+def _volumes(spec: RagIndexSpec) -> tuple[list[Any], list[Any]]:
     """Node-local scratch for the views (emptyDir: the pod's lifetime, rebuilt from the log and
-    a snapshot, no provisioner and no claim to leak), the token Secret and the managed Kafka's
-    CA certificate, read-only."""
+    a snapshot, no provisioner and no claim to leak), and the token Secret read-only."""
     volumes: list[dict[str, Any]] = [{"name": "data", "emptyDir": {"sizeLimit": spec.storage_size}}]
     mounts: list[dict[str, Any]] = [{"name": "data", "mountPath": spec.data_dir}]
     if spec.auth_secret:
         volumes.append({"name": "auth", "secret": {"secretName": spec.auth_secret}})
         mounts.append({"name": "auth", "mountPath": AUTH_MOUNT, "readOnly": True})
-    if spec.log.mode == "managed":
-        secret = {
-            "secretName": kafka_ca_secret(name),
-            "items": [{"key": "ca.crt", "path": "ca.crt"}],
-        }
-        volumes.append({"name": "kafka-ca", "secret": secret})
-        mounts.append({"name": "kafka-ca", "mountPath": KAFKA_CA_MOUNT, "readOnly": True})
     return volumes, mounts
 
 
@@ -472,7 +441,7 @@ def render_ray_service(
     on_gpu = [d for d in layout if d["ray_actor_options"]["num_gpus"] > 0]
     on_cpu = [d for d in layout if d["ray_actor_options"]["num_gpus"] == 0]
     env = _pod_env(spec, name, namespace)
-    volumes, mounts = _volumes(spec, name)
+    volumes, mounts = _volumes(spec)
     pod_labels = labels(name, generation)
     scratch = spec.storage_size
 
@@ -613,28 +582,6 @@ def render_network_policy(
     }
 
 
-def kafka_user_acls(namespace: str, name: str) -> list[dict[str, Any]]:
-    """What the index's Ray pods may do on its own cluster: everything on the index's topics
-    (create them, append, read, compact), its consumer groups and transactional producers
-    (the cluster serves this index alone), idempotent writes; no other topic."""
-    topics = docs_topic(namespace, name).removesuffix("docs")  # ragindex.<ns>.<name>.
-    return [
-        {
-            "resource": {"type": "topic", "name": topics, "patternType": "prefix"},
-            "operations": ["All"],
-        },
-        {
-            "resource": {"type": "group", "name": "*", "patternType": "literal"},
-            "operations": ["All"],
-        },
-        {
-            "resource": {"type": "transactionalId", "name": "*", "patternType": "literal"},
-            "operations": ["All"],
-        },
-        {"resource": {"type": "cluster"}, "operations": ["Describe", "IdempotentWrite"]},
-    ]
-
-
 def render_managed_log(
     name: str,
     namespace: str,
@@ -645,10 +592,8 @@ def render_managed_log(
 ) -> list[dict[str, Any]]:
     """A Strimzi (KRaft, node pools) Kafka cluster and the index's topics, all owned by it.
 
-    Every node is broker and controller. The one listener speaks TLS (Strimzi's cluster CA) and
-    authenticates with SCRAM-SHA-512 as the index's KafkaUser, whose ACLs reach only the
-    index's topics; it admits only this index's Ray pods (Strimzi renders the NetworkPolicy
-    from `networkPolicyPeers`). Topics are compacted: the
+    Every node is broker and controller. The plain listener admits only this index's Ray pods
+    (Strimzi renders the NetworkPolicy from `networkPolicyPeers`). Topics are compacted: the
     log is the corpus, so nothing expires by age; deletes are tombstones kept for
     `tombstoneRetentionHours`.
     """
@@ -674,23 +619,19 @@ def render_managed_log(
                 "kafka": {
                     "listeners": [
                         {
-                            "name": "tls",
+                            "name": "plain",
                             "port": KAFKA_PORT,
                             "type": "internal",
-                            "tls": True,
-                            "authentication": {"type": "scram-sha-512"},
+                            "tls": False,
                             "networkPolicyPeers": [
                                 {"podSelector": {"matchLabels": ray_pod_labels(name)}}
                             ],
                         }
                     ],
-                    # ACLs: a client may do what its KafkaUser grants, nothing else.
-                    "authorization": {"type": "simple"},
                     "config": {**replication, "auto.create.topics.enable": False},
                 },
-                # The Topic Operator turns the KafkaTopics below into topics, the User
-                # Operator the KafkaUser into SCRAM credentials (a Secret) and ACLs.
-                "entityOperator": {"topicOperator": {}, "userOperator": {}},
+                # The Topic Operator turns the KafkaTopics below into topics.
+                "entityOperator": {"topicOperator": {}},
             },
         },
         {
@@ -706,17 +647,6 @@ def render_managed_log(
             },
         },
     ]
-    objects.append(
-        {
-            "apiVersion": KAFKA_USER[0],
-            "kind": KAFKA_USER[1],
-            "metadata": _metadata(kafka_user_name(name), namespace, name, generation, uid, strimzi),
-            "spec": {
-                "authentication": {"type": "scram-sha-512"},
-                "authorization": {"type": "simple", "acls": kafka_user_acls(namespace, name)},
-            },
-        }
-    )
     topics = [
         (f"{name}-docs", docs_topic(namespace, name), log.docs_partitions),
         (

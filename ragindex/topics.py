@@ -15,11 +15,6 @@ import zlib
 PREFIX = "ragindex"
 
 
-def topic_prefix(namespace: str, name: str) -> str:
-    """What every topic of one index starts with (its Kafka ACLs grant this prefix)."""
-    return f"{PREFIX}.{namespace}.{name}."
-
-
 def docs_topic(namespace: str, name: str) -> str:
     return f"{PREFIX}.{namespace}.{name}.docs"
 

@@ -19,13 +19,7 @@ from ragindex.config import RagIndexSpec
 from ragindex.generations import index_generation, ingest_group
 from ragindex.ingest.worker import DataPlaneTopics
 from ragindex.protocols import Log
-from ragindex.serve_config import (
-    KAFKA_BOOTSTRAP_ENV,
-    KAFKA_CA_FILE_ENV,
-    KAFKA_PASSWORD_ENV,
-    KAFKA_SECURITY_PROTOCOL_ENV,
-    KAFKA_USERNAME_ENV,
-)
+from ragindex.serve_config import KAFKA_BOOTSTRAP_ENV, KAFKA_PASSWORD_ENV, KAFKA_USERNAME_ENV
 from ragindex.topics import chunks_topic, docs_topic
 
 DEFAULT_NAMESPACE = "default"
@@ -55,14 +49,8 @@ def open_log(data_dir: Path) -> Log:
     if bootstrap:
         from ragindex.log.kafka_log import KafkaLog
 
-        env = os.environ.get
-        return KafkaLog(
-            bootstrap,
-            username=env(KAFKA_USERNAME_ENV),
-            password=env(KAFKA_PASSWORD_ENV),
-            security_protocol=env(KAFKA_SECURITY_PROTOCOL_ENV),
-            ssl_ca_location=env(KAFKA_CA_FILE_ENV),
-        )
+        user, password = os.environ.get(KAFKA_USERNAME_ENV), os.environ.get(KAFKA_PASSWORD_ENV)
+        return KafkaLog(bootstrap, username=user, password=password)
     from ragindex.log import FileLog
 
     return FileLog(data_dir / "log")

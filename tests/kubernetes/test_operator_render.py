@@ -13,7 +13,6 @@ from ray.serve.schema import ServeDeploySchema
 from ragindex.config import RagIndexSpec
 from ragindex.errors import InvalidInput
 from ragindex.generations import index_generation
-from ragindex.log.kafka_log import client_security
 from ragindex.operator.ownership import SECRET_LABEL, foreign_object, secret_refusal
 from ragindex.operator.render import (
     LABEL_GENERATION,
@@ -31,9 +30,7 @@ from ragindex.serve_config import (
     AUTH_DIR_ENV,
     GENERATOR_API_KEY_ENV,
     KAFKA_BOOTSTRAP_ENV,
-    KAFKA_CA_FILE_ENV,
     KAFKA_PASSWORD_ENV,
-    KAFKA_SECURITY_PROTOCOL_ENV,
     KAFKA_USERNAME_ENV,
 )
 from ragindex.topics import chunks_topic, docs_topic, manifest_topic
@@ -100,7 +97,6 @@ def test_example_renders_every_kind_with_a_valid_serve_config() -> None:
         "KafkaTopic",
         "KafkaTopic",
         "KafkaTopic",
-        "KafkaUser",
         "NetworkPolicy",
         "RayService",
         "Service",
@@ -250,10 +246,7 @@ def test_managed_log_renders_strimzi_kafka_and_the_index_topics() -> None:
     kafka = one(objects, "Kafka")
     assert kafka["metadata"]["name"] == "idx-log"
     (listener,) = kafka["spec"]["kafka"]["listeners"]
-    # TLS and SCRAM-SHA-512 on the one listener; ACLs (simple authorization) for every client.
-    assert (listener["port"], listener["type"], listener["tls"]) == (9093, "internal", True)
-    assert listener["authentication"] == {"type": "scram-sha-512"}
-    assert kafka["spec"]["kafka"]["authorization"] == {"type": "simple"}
+    assert (listener["port"], listener["type"], listener["tls"]) == (9092, "internal", False)
     # Only this index's Ray pods (any generation) reach the brokers: Strimzi renders the policy.
     assert listener["networkPolicyPeers"] == [
         {"podSelector": {"matchLabels": {LABEL_INDEX: "idx", "ray.io/is-ray-node": "yes"}}}
@@ -262,7 +255,7 @@ def test_managed_log_renders_strimzi_kafka_and_the_index_topics() -> None:
     assert config["default.replication.factor"] == 3 and config["min.insync.replicas"] == 2
     assert config["transaction.state.log.min.isr"] == 2  # ingest commits transactionally
     assert config["auto.create.topics.enable"] is False
-    assert kafka["spec"]["entityOperator"] == {"topicOperator": {}, "userOperator": {}}
+    assert kafka["spec"]["entityOperator"] == {"topicOperator": {}}
     pool = one(objects, "KafkaNodePool")["spec"]
     assert pool["replicas"] == 5 and sorted(pool["roles"]) == ["broker", "controller"]
 
@@ -283,59 +276,7 @@ def test_managed_log_renders_strimzi_kafka_and_the_index_topics() -> None:
             "min.insync.replicas": 2,
             "delete.retention.ms": 2 * 3_600_000,
         }
-    env = env_of(objects)
-    assert env[KAFKA_BOOTSTRAP_ENV] == "idx-log-kafka-bootstrap.ns.svc:9093"
-
-
-def test_managed_log_clients_are_a_kafka_user_over_tls_limited_to_the_index_topics() -> None:
-    objects = render("idx", "ns", spec_of(), uid="u")
-    user = one(objects, "KafkaUser")
-    assert user["metadata"]["name"] == "idx-log-ray"
-    assert user["metadata"]["labels"]["strimzi.io/cluster"] == "idx-log"
-    assert user["metadata"]["ownerReferences"][0]["uid"] == "u"  # pruned with the index
-    assert user["spec"]["authentication"] == {"type": "scram-sha-512"}
-    acls = user["spec"]["authorization"]["acls"]
-    topic_acls = [a for a in acls if a["resource"]["type"] == "topic"]
-    assert topic_acls == [
-        {
-            "resource": {"type": "topic", "name": "ragindex.ns.idx.", "patternType": "prefix"},
-            "operations": ["All"],
-        }
-    ]
-    assert all(docs_topic("ns", "idx").startswith(a["resource"]["name"]) for a in topic_acls)
-    assert {a["resource"]["type"] for a in acls} == {"topic", "group", "transactionalId", "cluster"}
-    # The Ray pods: SASL_SSL, the username by value, the password and the CA by reference to
-    # the Secrets Strimzi writes (the KafkaUser's, the cluster CA's), nothing inline.
-    env = env_of(objects)
-    assert env[KAFKA_SECURITY_PROTOCOL_ENV] == "SASL_SSL"
-    assert env[KAFKA_USERNAME_ENV] == "idx-log-ray"
-    assert env[KAFKA_PASSWORD_ENV] == {"secretKeyRef": {"name": "idx-log-ray", "key": "password"}}
-    assert env[KAFKA_CA_FILE_ENV] == "/etc/ragindex/kafka-ca/ca.crt"
-    for template in pods(objects):
-        volumes = {v["name"]: v for v in template["spec"]["volumes"]}
-        assert volumes["kafka-ca"]["secret"] == {
-            "secretName": "idx-log-cluster-ca-cert",
-            "items": [{"key": "ca.crt", "path": "ca.crt"}],
-        }
-        for container in template["spec"]["containers"]:
-            if container["name"] == "autoscaler":
-                continue
-            mount = {m["name"]: m for m in container["volumeMounts"]}["kafka-ca"]
-            assert mount == {
-                "name": "kafka-ca",
-                "mountPath": "/etc/ragindex/kafka-ca",
-                "readOnly": True,
-            }
-    # What those settings become in the Ray pods' KafkaLog client (pure mapping).
-    assert (
-        client_security(
-            username=env[KAFKA_USERNAME_ENV],
-            password="from-the-secret",
-            security_protocol=env[KAFKA_SECURITY_PROTOCOL_ENV],
-            ssl_ca_location=env[KAFKA_CA_FILE_ENV],
-        )["security.protocol"]
-        == "SASL_SSL"
-    )
+    assert env_of(objects)[KAFKA_BOOTSTRAP_ENV] == "idx-log-kafka-bootstrap.ns.svc:9092"
 
 
 def test_external_log_is_bootstrap_servers_and_credentials_by_reference() -> None:
