@@ -1,4 +1,4 @@
-"""`ragindex bench filtered` and `ragindex bench bm25`: run a benchmark, print a table, write JSON.
+"""`ragindex bench filtered`, `bm25` and `tenancy`: run a benchmark, print a table, write JSON.
 
 The JSON says what the numbers were measured on (cores, thread settings), since figures from a
 2-core box shared with other work mean little without it. The BM25 benchmark composes the
@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 from collections.abc import Mapping
 from contextlib import ExitStack
 from pathlib import Path
@@ -30,6 +31,7 @@ from ragindex.evals.bench_bm25 import (
     run_bm25_bench,
     with_synthetic,
 )
+from ragindex.evals.bench_tenancy import collection_chunks, run_tenancy_bench, tenancy_table
 from ragindex.evals.collections import Collection, load_cranfield
 from ragindex.evals.runner import DEFAULT_TENANT, ingest_collection
 from ragindex.lexical.elasticsearch_index import ElasticsearchIndex
@@ -185,6 +187,22 @@ def bench_bm25_command(args: argparse.Namespace) -> int:
     if args.json:
         write_json(args.json, result)
     return checked(args, missed_goals(result, BM25_GOALS))
+
+
+def bench_tenancy_command(args: argparse.Namespace) -> int:
+    """The embedded BM25 backend shared vs an index per tenant, over Cranfield (plus
+    `args.synthetic` generated documents) spread over 2 and 50 tenants."""
+    collection = with_synthetic(load_cranfield(cranfield_dir()), args.synthetic)
+    queries = [q.text for q in collection.queries.values()]
+    with tempfile.TemporaryDirectory(prefix="bench-tenancy-") as tmp:
+        result = run_tenancy_bench(
+            collection_chunks(collection), queries, Path(tmp), tuple(args.tenants)
+        )
+    result["run"] = machine()
+    print(tenancy_table(result))
+    if args.json:
+        write_json(args.json, result)
+    return 0
 
 
 def checked(args: argparse.Namespace, missed: list[str]) -> int:

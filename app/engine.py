@@ -27,7 +27,7 @@ from ragindex.errors import IdentityMismatch, InvalidInput
 from ragindex.generations import index_generation
 from ragindex.ingest.pipeline import IngestPipeline
 from ragindex.ingest.store import ChunkStore
-from ragindex.lexical import FieldBoosts, TantivyIndex
+from ragindex.lexical import FieldBoosts, TantivyIndex, TenantIndexes
 from ragindex.lexical.elasticsearch_index import ElasticsearchIndex, make_client
 from ragindex.models.embedder import load_embedder
 from ragindex.models.reranker import load_reranker
@@ -65,6 +65,9 @@ def elasticsearch_auth() -> tuple[str, str] | None:
     return (user, password) if user and password else None
 
 
+LEXICAL_PER_TENANT_DIR = "lexical-per-tenant"
+
+
 def open_lexical(
     spec: RagIndexSpec, data_dir: Path, identity: ModelIdentity, *, read_only: bool = False
 ) -> LexicalIndex:
@@ -77,6 +80,10 @@ def open_lexical(
     """
     boosts = FieldBoosts(title=spec.lexical.title_boost, body=spec.lexical.body_boost)
     rm3 = spec.feedback.rm3
+    if spec.lexical.backend == "embedded" and spec.lexical.tenant_isolation == "index-per-tenant":
+        return TenantIndexes.open(
+            data_dir / LEXICAL_PER_TENANT_DIR, read_only=read_only, boosts=boosts, rm3=rm3
+        )
     if spec.lexical.backend == "embedded":
         return TantivyIndex.open(data_dir / "lexical", read_only=read_only, boosts=boosts, rm3=rm3)
     if not spec.lexical.elasticsearch_url:

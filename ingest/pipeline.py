@@ -44,19 +44,25 @@ def passage_token_limit(embedder: Embedder) -> int:
 
 
 def as_documents(documents: Iterable[Document | Mapping[str, object]]) -> list[Document]:
-    """Validate a batch: Documents or JSON-like objects, unique keys (Document checks the rest)."""
+    """Validate a batch: Documents or JSON-like objects (Document checks each). A document may
+    appear more than once: through the log each occurrence is a write, in order, so the last
+    one wins."""
     if isinstance(documents, (str, bytes, Mapping)):
         raise InvalidInput("documents must be a list of documents")
-    docs: list[Document] = []
+    return [
+        d if isinstance(d, Document) else document_from_mapping(d, f"documents[{i}]")
+        for i, d in enumerate(documents)
+    ]
+
+
+def _refuse_repeats(docs: list[Document]) -> None:
+    """An in-process upsert diffs every document against the same stored state, so it cannot
+    apply two versions of one document in a batch: refuse them."""
     seen: set[str] = set()
-    for i, d in enumerate(documents):
-        where = f"documents[{i}]"
-        doc = d if isinstance(d, Document) else document_from_mapping(d, where)
+    for i, doc in enumerate(docs):
         if doc.key in seen:
-            raise InvalidInput(f"{where}: document {doc.key} appears twice in one upsert")
+            raise InvalidInput(f"documents[{i}]: document {doc.key} appears twice in one upsert")
         seen.add(doc.key)
-        docs.append(doc)
-    return docs
 
 
 def passage_text(chunk: Chunk) -> str:
@@ -128,6 +134,7 @@ class IngestPipeline:
         """Insert or replace documents; only new or changed chunks are embedded."""
         tenant = validate_tenant(tenant_id)
         docs = as_documents(documents)
+        _refuse_repeats(docs)
         chunked = [(doc, self.chunk(tenant, doc)) for doc in docs]
         with self._lock:
             diffs = [self.store.diff(tenant, doc, chunks) for doc, chunks in chunked]

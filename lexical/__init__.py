@@ -2,5 +2,6 @@
 
 from ragindex.lexical.documents import FieldBoosts
 from ragindex.lexical.tantivy_index import TantivyIndex
+from ragindex.lexical.tenant_indexes import TenantIndexes
 
-__all__ = ["FieldBoosts", "TantivyIndex"]
+__all__ = ["FieldBoosts", "TantivyIndex", "TenantIndexes"]

@@ -69,6 +69,7 @@ class TantivyIndex:
         read_only: bool = False,
         boosts: FieldBoosts | None = None,
         rm3: Rm3Spec | None = None,
+        heap_bytes: int = _WRITER_HEAP_BYTES,
     ) -> None:
         self._index = index
         self.boosts = boosts or FieldBoosts()
@@ -82,7 +83,7 @@ class TantivyIndex:
         if read_only:
             return  # a reader of another process's writer; see reload()
         try:
-            self._writer = index.writer(_WRITER_HEAP_BYTES, 1)
+            self._writer = index.writer(heap_bytes, 1)
         except ValueError as exc:
             raise BackendUnavailable(
                 f"cannot open a writer on the tantivy index at {path}: {exc}"
@@ -96,12 +97,14 @@ class TantivyIndex:
         read_only: bool = False,
         boosts: FieldBoosts | None = None,
         rm3: Rm3Spec | None = None,
+        heap_bytes: int = _WRITER_HEAP_BYTES,
     ) -> TantivyIndex:
         """Open the index at `path`, creating it if absent; None keeps it in memory.
 
         `read_only` opens an existing index without taking the writer lock, for readers in
         other processes (Serve replicas); they see the writer's commits after `reload()`.
         `boosts` and `rm3` shape queries only, so readers of one index may differ in them.
+        `heap_bytes` is the writer's indexing memory budget.
         """
         schema = build_schema()
         if read_only:
@@ -121,7 +124,7 @@ class TantivyIndex:
                 _check_layout(where)
             index = tantivy.Index(schema, path=str(where), reuse=True)
         index.register_tokenizer(ANALYZER_NAME, build_analyzer())
-        return cls(index, where, boosts=boosts, rm3=rm3)
+        return cls(index, where, boosts=boosts, rm3=rm3, heap_bytes=heap_bytes)
 
     def _live_writer(self) -> tantivy.IndexWriter:
         if self._read_only:

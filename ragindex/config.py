@@ -150,11 +150,23 @@ class LexicalSpec(_Spec):
     body_boost: float = Field(
         1.0, gt=0, le=100, description="Weight of the chunk's text (body) field in BM25."
     )
+    tenant_isolation: Literal["shared", "index-per-tenant"] = Field(
+        "shared",
+        description="'shared': one BM25 index for every tenant, whose IDF and average length"
+        " count all tenants' chunks (a tenant can learn, slowly, how common a term is in"
+        " others' documents); 'index-per-tenant' (embedded backend only): one tantivy index"
+        " per tenant, no statistic shared. Changing it rebuilds the BM25 view from the log.",
+    )
 
     @model_validator(mode="after")
     def _url_only_for_elasticsearch(self) -> LexicalSpec:
         if self.elasticsearch_url and self.backend != "elasticsearch":
             raise ValueError("lexical.elasticsearchUrl is only valid with backend elasticsearch")
+        if self.tenant_isolation == "index-per-tenant" and self.backend != "embedded":
+            raise ValueError(
+                "lexical.tenantIsolation index-per-tenant is only offered by the embedded"
+                " backend (tantivy); on Elasticsearch use a RagIndex per tenant"
+            )
         return self
 
 

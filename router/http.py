@@ -25,7 +25,6 @@ from prometheus_client import (
     generate_latest,
 )
 from pydantic import (
-    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -44,7 +43,13 @@ from ragindex.errors import (
     NotConfigured,
     RagIndexError,
 )
-from ragindex.router.access import Principal, PrincipalNotGranted, ReadScope, access_for
+from ragindex.router.access import (
+    Principal,
+    PrincipalNotGranted,
+    ReadScope,
+    Timestamp,
+    access_for,
+)
 from ragindex.router.answer import Answer, AnswerRequest, AnswerResponse, Count
 from ragindex.router.auth import Grant, TokenVerifier
 from ragindex.router.limits import TenantLimiter
@@ -61,7 +66,6 @@ from ragindex.types import (
     MAX_TITLE_CHARS,
     VISIBLE_PATTERN,
     Document,
-    validate_timestamp,
 )
 
 MAX_BATCH_DOCUMENTS = 256
@@ -121,6 +125,16 @@ class _Strict(BaseModel):
 IdPart = Annotated[StrictStr, Field(pattern=ID_PART_PATTERN)]
 TEXT_PATTERN = r"^[^\x00\ufffd]*[^\s\x00-\x1f\x7f-\x9f\ufeff\ufffd][^\x00\ufffd]*$"
 """Some visible character, and no NUL or U+FFFD (the marks of text that was not UTF-8)."""
+DocumentText = Annotated[
+    StrictStr,
+    Field(max_length=MAX_DOCUMENT_CHARS, pattern=TEXT_PATTERN),
+    # The same constraints with the pattern inside an allOf: a generator that folds a sibling
+    # maxLength into the pattern's quantifiers (schemathesis) builds a regex too large to
+    # compile, and then finds no valid document at all.
+    WithJsonSchema(
+        {"type": "string", "maxLength": MAX_DOCUMENT_CHARS, "allOf": [{"pattern": TEXT_PATTERN}]}
+    ),
+]
 MetaScalar = (
     StrictBool
     | Annotated[StrictInt, Field(ge=-MAX_METADATA_INT, le=MAX_METADATA_INT)]
@@ -132,26 +146,6 @@ MetaValue = MetaScalar | Annotated[list[MetaScalar], Field(max_length=MAX_METADA
 MetaKey = Annotated[StrictStr, Field(min_length=1, max_length=MAX_METADATA_KEY_CHARS)]
 
 
-def _timestamp(value: str) -> str:
-    try:
-        return validate_timestamp("updated", value)
-    except InvalidInput as err:
-        raise ValueError(str(err)) from None
-
-
-Timestamp = Annotated[
-    StrictStr,
-    AfterValidator(_timestamp),
-    WithJsonSchema(
-        {
-            "type": "string",
-            "anyOf": [{"format": "date"}, {"format": "date-time"}],
-            "description": "RFC 3339 date or date-time of the last change.",
-        }
-    ),
-]
-
-
 class DocumentIn(_Strict):
     source: IdPart = Field(
         description="Where the document comes from: no whitespace, control characters, ':' or '/'."
@@ -160,9 +154,7 @@ class DocumentIn(_Strict):
     title: StrictStr = Field(
         "", max_length=MAX_TITLE_CHARS, description="Title, shown with every hit of the document."
     )
-    text: StrictStr = Field(
-        max_length=MAX_DOCUMENT_CHARS, pattern=TEXT_PATTERN, description="Full text."
-    )
+    text: DocumentText = Field(description="Full text (some visible character; no NUL).")
     updated: Timestamp | None = Field(None, description="RFC 3339 time of the last change.")
     metadata: dict[MetaKey, MetaValue] = Field(
         default_factory=dict,
@@ -180,7 +172,11 @@ class DocumentIn(_Strict):
 
 class UpsertRequest(_Strict):
     documents: list[DocumentIn] = Field(
-        min_length=1, max_length=MAX_BATCH_DOCUMENTS, description="Documents to upsert."
+        min_length=1,
+        max_length=MAX_BATCH_DOCUMENTS,
+        description="Documents to upsert, in order: a document named twice is written twice,"
+        " so its last occurrence wins (as if sent one after another; a version whose `updated`"
+        " is older than the indexed one is skipped either way).",
     )
 
 

@@ -157,7 +157,14 @@ def open_bm25_view(
 ) -> LexicalView:
     """This replica's BM25 view: its own tantivy index, or the shared Elasticsearch alias."""
     index = open_lexical(spec, directory, identity)
-    return LexicalView(log_, topic, spec.dense.shards, index, directory / "bm25-offsets.json")
+    # Each layout has its own offsets, so switching lexical.tenantIsolation replays the log
+    # into the other layout instead of trusting offsets the new indexes never saw.
+    offsets = (
+        "bm25-offsets.json"
+        if spec.lexical.tenant_isolation == "shared"
+        else ("bm25-per-tenant-offsets.json")
+    )
+    return LexicalView(log_, topic, spec.dense.shards, index, directory / offsets)
 
 
 class LocalQuerySide:

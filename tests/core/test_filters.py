@@ -60,15 +60,18 @@ def test_sortable_preserves_order(pair: list[float]) -> None:
 
 def test_filter_errors_say_what_is_wrong() -> None:
     cases = {
-        "filter.and must be a non-empty list": {"and": []},
+        "filter.and must be a list of 1-16 filters": {"and": []},
         "needs `field`": {"field": "colour", "eq": 1},
         "operators are": {"field": "source", "like": "x"},
         "stand alone": {"field": "source", "eq": "a", "in": ["b"]},
         "`source` takes `eq` or `in`": {"field": "source", "gte": 1},
         "must be a finite number": {"field": "metadata.n", "gte": "ten"},
-        "lower bound is above": {"field": "metadata.n", "gte": 5, "lt": 1},
         "RFC 3339": {"field": "updated", "gte": "yesterday"},
-        "nest at most": {"and": [{"and": [{"and": [{"and": [{"field": "source", "eq": "a"}]}]}]}]},
+        "nest at most": {"and": [{"and": [{"and": [{"field": "source", "eq": "a"}]}]}]},
+        r"filter.and must be a list of 1-16": {"and": [{"field": "source", "eq": "a"}] * 17},
+        r"filter.or\[0\].and must be a list of 1-4": {
+            "or": [{"and": [{"field": "source", "eq": "a"}] * 5}]
+        },
         "at most one lower": {"field": "metadata.n", "gte": 1, "gt": 2},
     }
     for message, data in cases.items():
@@ -103,6 +106,7 @@ def test_examples() -> None:
         ({"field": "metadata.year", "eq": 2021.0}, True),
         ({"field": "metadata.year", "gte": 2000, "lte": 2021}, True),
         ({"field": "metadata.year", "lt": 2021}, False),
+        ({"field": "metadata.year", "gte": 2030, "lte": 2000}, False),  # empty range: nothing
         ({"field": "metadata.tags", "eq": "b"}, True),
         ({"field": "metadata.ok", "eq": True}, True),
         ({"field": "metadata.ok", "eq": 1}, False),
@@ -169,19 +173,16 @@ conditions = st.one_of(
         st.sampled_from(["lang", "n", "tags"]), st.lists(scalars, min_size=1, max_size=3),
     ),
 )  # fmt: skip
-filters = st.recursive(
+nested = st.one_of(
     conditions,
-    lambda inner: st.one_of(
-        st.builds(lambda p: {"and": p}, st.lists(inner, min_size=1, max_size=3)),
-        st.builds(lambda p: {"or": p}, st.lists(inner, min_size=1, max_size=3)),
-    ),
-    max_leaves=6,
-).filter(lambda f: _depth(f) <= 4)
-
-
-def _depth(f: dict[str, object]) -> int:
-    parts = f.get("and") or f.get("or")
-    return 1 + max(_depth(p) for p in parts) if isinstance(parts, list) else 1
+    st.builds(lambda p: {"and": p}, st.lists(conditions, min_size=1, max_size=4)),
+    st.builds(lambda p: {"or": p}, st.lists(conditions, min_size=1, max_size=4)),
+)
+filters = st.one_of(  # every shape the grammar allows, to its full depth
+    conditions,
+    st.builds(lambda p: {"and": p}, st.lists(nested, min_size=1, max_size=3)),
+    st.builds(lambda p: {"or": p}, st.lists(nested, min_size=1, max_size=3)),
+)
 
 
 @settings(max_examples=300, deadline=None)

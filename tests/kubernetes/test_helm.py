@@ -99,6 +99,7 @@ def test_rbac_is_least_privilege(kube_cluster) -> None:
         ("kafka.strimzi.io", "kafkas"),
         ("kafka.strimzi.io", "kafkanodepools"),
         ("kafka.strimzi.io", "kafkatopics"),
+        ("kafka.strimzi.io", "kafkausers"),
         ("networking.k8s.io", "networkpolicies"),
         ("", "configmaps"),
         ("", "services"),
@@ -118,6 +119,53 @@ def test_rbac_is_least_privilege(kube_cluster) -> None:
             assert rule["resources"] == ["secrets"] and rule["verbs"] == ["get"], rule
         if "persistentvolumeclaims" in rule["resources"]:
             assert set(rule["verbs"]) == {"list", "delete"}, rule  # pruning legacy claims only
+
+
+NAMESPACED_RESOURCES = {
+    "ragindexes",
+    "rayservices",
+    "elasticsearches",
+    "kafkas",
+    "kafkausers",
+    "networkpolicies",
+    "configmaps",
+    "services",
+    "secrets",
+}
+
+
+def test_watched_namespaces_get_roles_and_no_cluster_wide_secret_read(kube_cluster) -> None:
+    """Listing the namespaces moves every namespaced rule, Secret `get` among them, from the
+    ClusterRole into a Role + RoleBinding per namespace; the ClusterRole keeps reads of
+    cluster-scoped objects only, and the operator watches exactly those namespaces."""
+    out = kube_cluster.helm(
+        "template", "rio", str(CHART), "--namespace", "ops",
+        "--set", "operator.watchNamespaces={team-a,team-b}", "--set", "replicaCount=2",
+    ).stdout  # fmt: skip
+    docs = [d for d in yaml.safe_load_all(out) if d]
+
+    def namespaces_of(kind: str) -> set[str]:
+        return {d["metadata"]["namespace"] for d in docs if d["kind"] == kind}
+
+    (cluster_role,) = [d for d in docs if d["kind"] == "ClusterRole"]
+    cluster_resources = {r for rule in cluster_role["rules"] for r in rule["resources"]}
+    assert cluster_resources == {"customresourcedefinitions", "namespaces"}
+    for rule in cluster_role["rules"]:
+        assert set(rule["verbs"]) <= {"get", "list", "watch"}, rule
+    assert namespaces_of("Role") == namespaces_of("RoleBinding") == {"team-a", "team-b"}
+    for role in (d for d in docs if d["kind"] == "Role"):
+        granted = {r for rule in role["rules"] for r in rule["resources"]}
+        assert granted >= NAMESPACED_RESOURCES
+        (secrets,) = [rule for rule in role["rules"] if "secrets" in rule["resources"]]
+        assert secrets["resources"] == ["secrets"] and secrets["verbs"] == ["get"]
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--all-namespaces" not in args
+    _options, parsed = parse_args(args)
+    assert parsed.namespace == ["team-a", "team-b"] and not parsed.all_namespaces
+    # Several replicas elect a leader through a KopfPeering in each watched namespace.
+    assert namespaces_of("KopfPeering") == {"team-a", "team-b"}
+    assert not [d for d in docs if d["kind"] == "ClusterKopfPeering"]
 
 
 def test_prod_render_enables_peering(kube_cluster) -> None:
@@ -211,6 +259,39 @@ def test_install_creates_the_objects_and_uninstall_keeps_the_crd(kube_cluster) -
     # resource-policy keep: the CRD, and every RagIndex with it, outlives the release.
     kube_cluster.kubectl("get", "crd", CRD_NAME)
     kube_cluster.kubectl("delete", "namespace", namespace, "--wait=false")
+
+
+def test_install_watching_namespaces_reads_secrets_only_there(kube_cluster) -> None:
+    suffix = uuid.uuid4().hex[:6]
+    namespace, watched, other = f"ops-{suffix}", f"team-{suffix}", f"other-{suffix}"
+    for ns in (watched, other):
+        kube_cluster.kubectl("create", "namespace", ns)
+    kube_cluster.helm(
+        "install", "riow", str(CHART), "--namespace", namespace, "--create-namespace",
+        "--set", "crds.install=false", "--set", f"operator.watchNamespaces={{{watched}}}",
+    )  # fmt: skip
+    try:
+        sa = f"system:serviceaccount:{namespace}:riow-ragindex-operator"
+        for verb, resource, ns, allowed in [
+            ("get", "secrets", watched, "yes"),
+            ("list", "secrets", watched, "no"),
+            ("get", "secrets", other, "no"),
+            ("get", "secrets", namespace, "no"),
+            ("create", "rayservices.ray.io", watched, "yes"),
+            ("create", "rayservices.ray.io", other, "no"),
+            ("patch", "ragindexes.ragindex.dev/status", watched, "yes"),
+            ("list", "ragindexes.ragindex.dev", other, "no"),
+            ("list", "customresourcedefinitions", "", "yes"),
+        ]:
+            where = ["-n", ns] if ns else []
+            proc = kube_cluster.kubectl(
+                "auth", "can-i", verb, resource, "--as", sa, *where, check=False
+            )
+            assert proc.stdout.strip() == allowed, (verb, resource, ns, proc.stdout, proc.stderr)
+    finally:
+        kube_cluster.helm("uninstall", "riow", "--namespace", namespace)
+        for ns in (namespace, watched, other):
+            kube_cluster.kubectl("delete", "namespace", ns, "--wait=false")
 
 
 def test_prod_install_with_peering(kube_cluster) -> None:

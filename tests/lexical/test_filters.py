@@ -10,16 +10,20 @@ import pytest
 
 from ragindex.lexical.elasticsearch_index import ElasticsearchIndex
 from ragindex.lexical.es_server import EsServer
-from ragindex.lexical.tantivy_index import TantivyIndex
 
 from .filter_contract import FilteredLexicalContract, random_corpus
+from .layouts import LAYOUTS, EmbeddedBm25
 
 
 class TestTantivyFilters(FilteredLexicalContract):
-    @pytest.fixture(scope="class")
+    """Both embedded layouts: one shared index, and an index per tenant."""
+
+    @pytest.fixture(scope="class", params=sorted(LAYOUTS))
     @classmethod
-    def filtered_index(cls, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TantivyIndex]:
-        index = TantivyIndex.open(Path(tmp_path_factory.mktemp("filters")) / "bm25")
+    def filtered_index(
+        cls, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+    ) -> Iterator[EmbeddedBm25]:
+        index = LAYOUTS[request.param](Path(tmp_path_factory.mktemp("filters")) / "bm25")
         index.upsert(random_corpus())
         yield index
         index.close()

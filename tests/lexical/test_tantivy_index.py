@@ -1,4 +1,5 @@
-"""The embedded BM25 backend on a real tantivy index."""
+"""The embedded BM25 backend on real tantivy indexes: every test runs on one shared index and on
+an index per tenant (the `tantivy_index` and `open_bm25` fixtures are parametrized)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ragindex.errors import BackendUnavailable, InvalidInput
-from ragindex.lexical.tantivy_index import TantivyIndex
 from ragindex.protocols import LexicalIndex
 from ragindex.types import Chunk
+
+from .layouts import EmbeddedBm25, OpenBm25
 
 MakeChunk = Callable[..., Chunk]
 
@@ -23,7 +25,7 @@ def ids(hits: list) -> list[str]:
     return [h.chunk_id for h in hits]
 
 
-def test_upsert_is_visible_and_replaces(tantivy_index: TantivyIndex, make_chunk: MakeChunk) -> None:
+def test_upsert_is_visible_and_replaces(tantivy_index: EmbeddedBm25, make_chunk: MakeChunk) -> None:
     tantivy_index.upsert([make_chunk("t1", "s:a:0", "supersonic wind tunnel tests")])
     assert ids(tantivy_index.search("wind tunnel", 5, "t1")) == ["s:a:0"]
     tantivy_index.upsert([make_chunk("t1", "s:a:0", "boundary layer transition")])
@@ -32,13 +34,13 @@ def test_upsert_is_visible_and_replaces(tantivy_index: TantivyIndex, make_chunk:
     assert tantivy_index.count("t1") == 1
 
 
-def test_title_is_searchable(tantivy_index: TantivyIndex, make_chunk: MakeChunk) -> None:
+def test_title_is_searchable(tantivy_index: EmbeddedBm25, make_chunk: MakeChunk) -> None:
     tantivy_index.upsert([make_chunk("t1", "s:a:0", "body text", title="Heat transfer")])
     assert ids(tantivy_index.search("heat", 5, "t1")) == ["s:a:0"]
 
 
 def test_same_id_twice_in_one_batch_keeps_the_last(
-    tantivy_index: TantivyIndex, make_chunk: MakeChunk
+    tantivy_index: EmbeddedBm25, make_chunk: MakeChunk
 ) -> None:
     tantivy_index.upsert([make_chunk("t1", "s:a:0", "first"), make_chunk("t1", "s:a:0", "second")])
     assert tantivy_index.count("t1") == 1
@@ -46,7 +48,7 @@ def test_same_id_twice_in_one_batch_keeps_the_last(
 
 
 def test_deleted_chunks_are_never_returned(
-    tantivy_index: TantivyIndex, make_chunk: MakeChunk
+    tantivy_index: EmbeddedBm25, make_chunk: MakeChunk
 ) -> None:
     chunks = [make_chunk("t1", f"s:d:{i}", f"shock wave number {i}") for i in range(20)]
     tantivy_index.upsert(chunks)
@@ -57,7 +59,7 @@ def test_deleted_chunks_are_never_returned(
 
 
 def test_tenant_isolation_with_near_duplicates(
-    tantivy_index: TantivyIndex, make_chunk: MakeChunk
+    tantivy_index: EmbeddedBm25, make_chunk: MakeChunk
 ) -> None:
     a = [
         make_chunk("alpha", f"s:d:{i}", f"laminar flow over a flat plate case {i}")
@@ -79,7 +81,7 @@ def test_tenant_isolation_with_near_duplicates(
     assert (tantivy_index.count("alpha"), tantivy_index.count("beta")) == (30, 30)
 
 
-def test_score_is_plain_bm25(tantivy_index: TantivyIndex, make_chunk: MakeChunk) -> None:
+def test_score_is_plain_bm25(tantivy_index: EmbeddedBm25, make_chunk: MakeChunk) -> None:
     """One doc, one term: idf = ln(1 + 0.5 / 1.5), tf part = 1; the tenant clause adds 0."""
     tantivy_index.upsert([make_chunk("t1", "s:a:0", "heat flux")])
     assert tantivy_index.search("heat", 1, "t1")[0].score == pytest.approx(
@@ -87,13 +89,13 @@ def test_score_is_plain_bm25(tantivy_index: TantivyIndex, make_chunk: MakeChunk)
     )
 
 
-def test_persists_across_reopen(tmp_path: Path, make_chunk: MakeChunk) -> None:
-    index = TantivyIndex.open(tmp_path / "ix")
+def test_persists_across_reopen(open_bm25: OpenBm25, tmp_path: Path, make_chunk: MakeChunk) -> None:
+    index = open_bm25(tmp_path / "ix")
     index.upsert([make_chunk("t1", "s:a:0", "hypersonic heating")])
     index.delete("t1", ["s:a:0"])
     index.upsert([make_chunk("t1", "s:a:1", "hypersonic heating again")])
     index.close()
-    reopened = TantivyIndex.open(tmp_path / "ix")
+    reopened = open_bm25(tmp_path / "ix")
     try:
         assert ids(reopened.search("hypersonic", 5, "t1")) == ["s:a:1"]
         assert reopened.count("t1") == 1
@@ -101,13 +103,16 @@ def test_persists_across_reopen(tmp_path: Path, make_chunk: MakeChunk) -> None:
         reopened.close()
 
 
-def test_second_writer_is_refused_clearly(tantivy_index: TantivyIndex, tmp_path: Path) -> None:
+def test_second_writer_is_refused_clearly(
+    tantivy_index: EmbeddedBm25, open_bm25: OpenBm25, tmp_path: Path, make_chunk: MakeChunk
+) -> None:
+    tantivy_index.upsert([make_chunk("t1", "s:a:0", "held")])
     with pytest.raises(BackendUnavailable, match="another process"):
-        TantivyIndex.open(tmp_path / "bm25")
+        open_bm25(tmp_path / "bm25").upsert([make_chunk("t1", "s:a:1", "second writer")])
 
 
-def test_closed_index_raises(tmp_path: Path, make_chunk: MakeChunk) -> None:
-    index = TantivyIndex.open(tmp_path / "ix")
+def test_closed_index_raises(open_bm25: OpenBm25, tmp_path: Path, make_chunk: MakeChunk) -> None:
+    index = open_bm25(tmp_path / "ix")
     index.close()
     index.close()
     with pytest.raises(BackendUnavailable, match="closed"):
@@ -121,13 +126,13 @@ def test_closed_index_raises(tmp_path: Path, make_chunk: MakeChunk) -> None:
     [(None, 5, "t1"), ("x", 0, "t1"), ("x", True, "t1"), ("x", 10_001, "t1"), ("x", 5, "T 1")],
 )
 def test_bad_search_is_rejected(
-    tantivy_index: TantivyIndex, query: object, top_k: object, tenant: str
+    tantivy_index: EmbeddedBm25, query: object, top_k: object, tenant: str
 ) -> None:
     with pytest.raises(InvalidInput):
         tantivy_index.search(query, top_k, tenant)
 
 
-def test_bad_batch_changes_nothing(tantivy_index: TantivyIndex, make_chunk: MakeChunk) -> None:
+def test_bad_batch_changes_nothing(tantivy_index: EmbeddedBm25, make_chunk: MakeChunk) -> None:
     tantivy_index.upsert([make_chunk("t1", "s:a:0", "original")])
     bad = Chunk("Bad Tenant", "s:b:0", "s", "b", 0, "", "text", "h")
     with pytest.raises(InvalidInput, match="tenant_id"):
@@ -141,7 +146,7 @@ def test_bad_batch_changes_nothing(tantivy_index: TantivyIndex, make_chunk: Make
 
 
 def test_query_without_tokens_returns_nothing(
-    tantivy_index: TantivyIndex, make_chunk: MakeChunk
+    tantivy_index: EmbeddedBm25, make_chunk: MakeChunk
 ) -> None:
     tantivy_index.upsert([make_chunk("t1", "s:a:0", "anything")])
     assert tantivy_index.search("  ?!-- ", 5, "t1") == []
@@ -152,7 +157,7 @@ def test_query_without_tokens_returns_nothing(
 )
 @given(query=st.text(max_size=200))
 def test_user_text_never_raises(
-    tantivy_index: TantivyIndex, query: str, make_chunk: MakeChunk
+    tantivy_index: EmbeddedBm25, query: str, make_chunk: MakeChunk
 ) -> None:
     if not tantivy_index.count("t1"):
         tantivy_index.upsert([make_chunk("t1", "s:a:0", 'title:"x" AND (y OR z) wing*~2 [a TO b]')])
@@ -160,7 +165,7 @@ def test_user_text_never_raises(
     assert all(h.chunk_id == "s:a:0" for h in hits)
 
 
-def test_searches_run_while_writing(tantivy_index: TantivyIndex, make_chunk: MakeChunk) -> None:
+def test_searches_run_while_writing(tantivy_index: EmbeddedBm25, make_chunk: MakeChunk) -> None:
     tantivy_index.upsert([make_chunk("t1", "s:base:0", "stable document about nozzles")])
     errors: list[BaseException] = []
     stop = threading.Event()
@@ -183,11 +188,12 @@ def test_searches_run_while_writing(tantivy_index: TantivyIndex, make_chunk: Mak
 
 
 def test_cranfield_ndcg_is_in_the_expected_range(
+    open_bm25: OpenBm25,
     tmp_path: Path,
     cranfield_chunks: list[Chunk],
     mean_ndcg: Callable[[LexicalIndex], float],
 ) -> None:
-    index = TantivyIndex.open(tmp_path / "cran")
+    index = open_bm25(tmp_path / "cran")
     try:
         index.upsert(cranfield_chunks)
         assert index.count("bench") == 1398  # two Cranfield abstracts have no text
@@ -198,7 +204,7 @@ def test_cranfield_ndcg_is_in_the_expected_range(
 
 
 def test_chunk_without_terms_is_not_indexed(
-    tantivy_index: TantivyIndex, make_chunk: MakeChunk
+    tantivy_index: EmbeddedBm25, make_chunk: MakeChunk
 ) -> None:
     tantivy_index.upsert([make_chunk("t1", "s:a:0", "vortex sheet")])
     tantivy_index.upsert([make_chunk("t1", "s:a:0", " -- ... "), make_chunk("t1", "s:a:1", "?")])

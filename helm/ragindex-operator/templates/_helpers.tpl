@@ -42,3 +42,59 @@ app.kubernetes.io/part-of: ragindex
 {{- define "ragindex-operator.peering" -}}
 {{- include "ragindex-operator.fullname" . }}
 {{- end }}
+
+{{/* The operator's rules on namespaced objects: a ClusterRole's when it watches every
+namespace, else a Role's in each watched one (rbac.yaml). */}}
+{{- define "ragindex-operator.namespacedRules" -}}
+# The resource it reconciles, its status, and finalizers (owner references with
+# blockOwnerDeletion need update on the owner's finalizers).
+- apiGroups: ["ragindex.dev"]
+  resources: ["ragindexes"]
+  verbs: ["get", "list", "watch", "patch", "update"]
+- apiGroups: ["ragindex.dev"]
+  resources: ["ragindexes/status"]
+  verbs: ["get", "patch", "update"]
+- apiGroups: ["ragindex.dev"]
+  resources: ["ragindexes/finalizers"]
+  verbs: ["update"]
+# What it renders and prunes.
+- apiGroups: ["ray.io"]
+  resources: ["rayservices"]
+  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
+- apiGroups: ["elasticsearch.k8s.elastic.co"]
+  resources: ["elasticsearches"]
+  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
+- apiGroups: ["kafka.strimzi.io"]
+  resources: ["kafkas", "kafkanodepools", "kafkatopics", "kafkausers"]
+  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
+- apiGroups: ["networking.k8s.io"]
+  resources: ["networkpolicies"]
+  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
+- apiGroups: [""]
+  resources: ["configmaps", "services"]
+  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
+# Only to prune the shared data claim an older operator version created.
+- apiGroups: [""]
+  resources: ["persistentvolumeclaims"]
+  verbs: ["list", "delete"]
+# Get by name only (no list, no watch, no write): the operator reads the labels of the
+# Secrets a RagIndex names, to refuse any without ragindex.dev/secret-for=<index>. KubeRay
+# creates the Ray token Secret, ECK the Elasticsearch one and Strimzi the KafkaUser's; pods
+# reference them directly.
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get"]
+- apiGroups: ["", "events.k8s.io"]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+{{- if gt (int .Values.replicaCount) 1 }}
+# Leader election between replicas: kopf peering (namespaced when namespaces are listed),
+# and leases for anything lease-based.
+- apiGroups: ["kopf.dev"]
+  resources: ["kopfpeerings"]
+  verbs: ["get", "list", "watch", "patch"]
+- apiGroups: ["coordination.k8s.io"]
+  resources: ["leases"]
+  verbs: ["get", "list", "watch", "create", "update", "patch"]
+{{- end }}
+{{- end }}
