@@ -65,7 +65,7 @@ namespace, else a Role's in each watched one (rbac.yaml). */}}
   resources: ["elasticsearches"]
   verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
 - apiGroups: ["kafka.strimzi.io"]
-  resources: ["kafkas", "kafkanodepools", "kafkatopics", "kafkausers"]
+  resources: ["kafkas", "kafkanodepools", "kafkatopics"]
   verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
 - apiGroups: ["networking.k8s.io"]
   resources: ["networkpolicies"]
@@ -79,7 +79,7 @@ namespace, else a Role's in each watched one (rbac.yaml). */}}
   verbs: ["list", "delete"]
 # Get by name only (no list, no watch, no write): the operator reads the labels of the
 # Secrets a RagIndex names, to refuse any without ragindex.dev/secret-for=<index>. KubeRay
-# creates the Ray token Secret, ECK the Elasticsearch one and Strimzi the KafkaUser's; pods
+# creates the Ray token Secret, ECK the Elasticsearch one; pods
 # reference them directly.
 - apiGroups: [""]
   resources: ["secrets"]
