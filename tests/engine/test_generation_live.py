@@ -26,7 +26,6 @@ from elasticsearch import Elasticsearch
 from ragindex.app.serve.data_plane import ensure_topics, plane_topics
 from ragindex.app.serve.generation_report import generation_report
 from ragindex.app.serve.query_side import LocalQuerySide, SerializedEmbedder
-from ragindex.app.serve.router import views_caught_up
 from ragindex.config import RagIndexSpec
 from ragindex.evals.collections import Collection
 from ragindex.generations import BuildReport, index_generation, lexical_index_name
@@ -164,15 +163,11 @@ def test_reshard_under_live_writes_and_searches_loses_nothing(
         seen: list[BuildReport] = []
         deadline = time.monotonic() + REPORT_TIMEOUT_S
 
-        def views_reached(chunk_offsets: list[int]) -> bool:
-            new_side.refresh()
-            return views_caught_up(new_side.progress(), chunk_offsets)
-
         goal = None  # docs end offsets as the previous report saw them (the Router keeps them)
         while time.monotonic() < deadline:
             with lock:
                 report, goal = generation_report(
-                    main_log, new_topics, new, new_side, 5, views_reached, goal
+                    main_log, new_topics, new, new_side, 5, new_side.applied, goal
                 )
             seen.append(report)
             if report.checks is not None:

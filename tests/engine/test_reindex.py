@@ -26,7 +26,6 @@ from ragindex.app.serve.generation_report import (
     generation_report,
 )
 from ragindex.app.serve.query_side import LocalQuerySide, SerializedEmbedder
-from ragindex.app.serve.router import views_caught_up
 from ragindex.app.serve_cli import APP_NAME
 from ragindex.config import RagIndexSpec
 from ragindex.errors import InvalidInput
@@ -272,11 +271,7 @@ def test_the_build_report_shows_progress_then_checks_on_a_consistent_cut(
     new = index_generation(RESHARDED)
 
     def report() -> BuildReport:
-        def views_reached(chunk_offsets: list[int]) -> bool:
-            side.refresh()
-            return views_caught_up(side.progress(), chunk_offsets)
-
-        return generation_report(reindex.log, reindex.topics, new, side, 5, views_reached)[0]
+        return generation_report(reindex.log, reindex.topics, new, side, 5, side.applied)[0]
 
     try:
         reindex.backfill.poll(32)
