@@ -26,7 +26,8 @@ if TYPE_CHECKING:  # fixtures come from conftest.py; pytest's importlib mode can
 pytestmark = pytest.mark.serve
 
 SCHEMATHESIS = Path(sys.executable).parent / "st"
-MAX_EXAMPLES = 30  # per operation and phase: ~500 cases, a few minutes on 2 busy cores
+# Per operation and phase. 30 gave 4,347 cases in 280 s standalone, but over 15 min in CI.
+MAX_EXAMPLES = 10
 SEED = 14
 
 
