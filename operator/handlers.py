@@ -462,5 +462,8 @@ def register(
         initial_delay=options.poll_interval_s,
     )(op.check_ready)
     if options.runtime == "local":
-        kopf.on.delete(GROUP, VERSION, PLURAL, registry=reg, id="delete-serve-app")(op.delete_local)
+        # A failed removal (the dashboard busy) retries soon, not after kopf's default 60 s.
+        kopf.on.delete(
+            GROUP, VERSION, PLURAL, registry=reg, id="delete-serve-app", backoff=APPLY_RETRY_S
+        )(op.delete_local)
     return reg

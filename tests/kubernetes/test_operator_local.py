@@ -165,7 +165,7 @@ def test_local_runtime_serves_searches_and_cleans_up(
             )
 
         client.delete(RagIndex, name, namespace=ns)
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 180  # Serve drains the app's replicas before it is gone
         while rag_status(client, ns, name) is not None and time.monotonic() < deadline:
             time.sleep(0.5)
         assert rag_status(client, ns, name) is None, "the finalizer did not complete"
