@@ -22,6 +22,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 import ragindex.evals
 from ragindex.app.engine import LocalEngine
 from ragindex.app.eval_cli import (
@@ -115,6 +117,34 @@ def gate_measure(
     }
 
 
+def embed_floor(embedder: Any) -> Callable[[str], Any]:
+    """One query through the model's own library: sentence-transformers' encode (torch
+    backends), or the tokenizer and the ONNX Runtime session alone (ONNX backends)."""
+    model = getattr(embedder, "model", None)
+    if model is not None:
+        return lambda q: model.encode([q], normalize_embeddings=True)
+    session = getattr(embedder, "session", None)
+    tokenizer = getattr(embedder, "tokenizer", None)
+    if session is None or tokenizer is None:
+        raise InvalidInput(
+            "the gate's embed floor needs an embedder with a `model` (torch) or a `session`"
+            " and `tokenizer` (ONNX) to encode"
+        )
+    names = {i.name for i in session.get_inputs()}
+
+    def run(query: str) -> Any:
+        encoding = tokenizer.encode(query)
+        ids = np.array([encoding.ids], dtype=np.int64)
+        feeds = {
+            "input_ids": ids,
+            "attention_mask": np.array([encoding.attention_mask], dtype=np.int64),
+            "token_type_ids": np.zeros_like(ids),
+        }
+        return session.run(None, {k: v for k, v in feeds.items() if k in names})[0]
+
+    return run
+
+
 def stage_floors(engine: LocalEngine, vectors: Any) -> dict[str, bs.StageFloor]:
     """Per stage, the same work done by the library alone, outside ragindex's code: the model's
     own encode, one FAISS flat index over the tenant's vectors, a raw tantivy query with the
@@ -123,9 +153,7 @@ def stage_floors(engine: LocalEngine, vectors: Any) -> dict[str, bs.StageFloor]:
     import faiss
     import tantivy
 
-    model = getattr(engine.embedder, "model", None)
-    if model is None:
-        raise InvalidInput("the gate's embed floor needs an embedder with a `model` to encode")
+    embed = embed_floor(engine.embedder)
     depth = max(engine.spec.fusion.candidates, 10)
     flat = faiss.IndexFlatIP(vectors.shape[1])
     flat.add(vectors)
@@ -168,7 +196,7 @@ def stage_floors(engine: LocalEngine, vectors: Any) -> dict[str, bs.StageFloor]:
         ).fetchall()
 
     return {
-        "embed": lambda q, _v, _r: model.encode([q], normalize_embeddings=True),
+        "embed": lambda q, _v, _r: embed(q),
         "dense": lambda _q, v, _r: flat.search(v, depth),
         "lexical": lexical,
         "fusion": fusion,

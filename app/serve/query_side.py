@@ -42,6 +42,7 @@ from ragindex.protocols import Embedder, Log, Vectors
 from ragindex.router.answer import Answer, AnswerService
 from ragindex.router.applied import every_replica_applied
 from ragindex.router.query import Access, QueryEngine, SearchResult
+from ragindex.router.query_cache import with_query_cache
 from ragindex.serve_config import LEXICAL, shard_deployment_name
 from ragindex.shards.log_replica import LogShardReplica
 from ragindex.types import Chunk, ModelIdentity, ScoredId
@@ -190,7 +191,10 @@ class LocalQuerySide:
 
     def load_models(self) -> None:
         limit_threads()
-        self.embedder = SerializedEmbedder(load_embedder(self.spec.embedder))
+        self.embedder = with_query_cache(
+            SerializedEmbedder(load_embedder(self.spec.embedder)),
+            self.spec.embedder.query_cache_size,
+        )
 
     def try_open(self) -> bool:
         """Open the views once Ingest has created the topics; False until then."""
@@ -406,9 +410,9 @@ class ClusterQuerySide:
         self.dense = RemoteDenseIndex(shards, embedder.identity)
         self.lexical = RemoteLexical(lexical)
         self.answers: AnswerService | None = None
-        self.embedder = embedder
+        self.embedder = with_query_cache(embedder, spec.embedder.query_cache_size)
         self.engine = QueryEngine(
-            embedder,
+            self.embedder,
             self.dense,
             self.lexical,
             self.dense,

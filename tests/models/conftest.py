@@ -22,7 +22,9 @@ torch.set_num_threads(1)
 
 @pytest.fixture(scope="session")
 def st_embedder() -> SentenceTransformerEmbedder:
-    return SentenceTransformerEmbedder(EmbedderSpec.model_validate({"batch_size": 4}))
+    return SentenceTransformerEmbedder(
+        EmbedderSpec.model_validate({"backend": "sentence-transformers", "batch_size": 4})
+    )
 
 
 @pytest.fixture(scope="session")

@@ -60,7 +60,13 @@ def test_batching_does_not_change_vectors(st_embedder: SentenceTransformerEmbedd
 
 
 def test_prefixes_apply_to_their_side_only(st_embedder: SentenceTransformerEmbedder) -> None:
-    spec = EmbedderSpec.model_validate({"query_prefix": "query: ", "passage_prefix": "passage: "})
+    spec = EmbedderSpec.model_validate(
+        {
+            "backend": "sentence-transformers",
+            "query_prefix": "query: ",
+            "passage_prefix": "passage: ",
+        }
+    )
     prefixed = SentenceTransformerEmbedder(spec)
     q = prefixed.embed_queries(["heat transfer"])
     p = prefixed.embed_passages(["heat transfer"])

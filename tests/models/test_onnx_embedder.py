@@ -94,7 +94,7 @@ def test_count_tokens_matches_the_torch_tokenizer(
 
 
 def test_switching_torch_to_onnx_fp32_keeps_the_generation_int8_does_not() -> None:
-    torch_spec = RagIndexSpec()
+    torch_spec = RagIndexSpec.model_validate({"embedder": {"backend": "sentence-transformers"}})
     fp32 = RagIndexSpec.model_validate({"embedder": {"backend": "onnx"}})
     int8 = RagIndexSpec.model_validate({"embedder": {"backend": "onnx-int8"}})
     assert changed_generation_fields(torch_spec, fp32) == []
