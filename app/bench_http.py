@@ -58,6 +58,8 @@ VARIANTS: dict[str, dict[str, str]] = {
         "RAY_SERVE_LOG_TO_STDERR": "0",
     },
     "proxy to replica over gRPC": {"RAY_SERVE_USE_GRPC_BY_DEFAULT": "1"},
+    # the shipped baseline serves its one Router by direct ingress; this is Serve's proxy
+    "through Serve's proxy (no direct ingress)": {"RAGINDEX_DIRECT_INGRESS": "0"},
 }
 
 

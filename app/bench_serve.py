@@ -20,9 +20,10 @@ on a noisy machine (ratios and differences from one run are the figures to trust
   with 1 and then 2 Router replicas, and the RSS of the runtime's processes at rest and under
   load (bench_load).
 Every timed query is unique and the warm-up queries are a set of their own, so no cache can
-flatter a figure. The corpus goes into the log's `docs` topic and through the real
-IngestWorker with passage vectors drawn synthetically (embedding 100 k passages would take
-hours on 2 cores); queries use the real model.
+flatter a figure; the query-embedding cache's hit path is reported on its own
+(`query_cache_hits`: a small set of queries repeated). The corpus goes into the log's `docs`
+topic and through the real IngestWorker with passage vectors drawn synthetically (embedding
+100 k passages would take hours on 2 cores); queries use the real model.
 """
 
 from __future__ import annotations
@@ -80,6 +81,8 @@ WARMUP_QUERIES = 20
 MIN_CHUNKS = 100
 READY_STREAK = 20
 FRESHNESS_PROBES = 20
+CACHE_QUERIES = 10  # the repeated set that shows the query-embedding cache's hit path
+CACHE_ROUNDS = 5
 INGEST_DOCS = 96
 INGEST_BATCH = 32  # what a client like `ragindex demo` sends
 INGEST_WAITS = 10
@@ -292,6 +295,23 @@ def time_search_pair(
     return inproc_ms, http
 
 
+def time_cache_hits(client: httpx.Client, queries: list[str], rounds: int) -> dict[str, float]:
+    """The query-embedding cache's hit path, apart from every other figure: a small set of
+    queries (none of them timed elsewhere) sent once to fill the cache, then `rounds` more
+    times each, timed."""
+    for q in queries:
+        http_search(client, q)
+    samples = [http_search(client, q) for _ in range(rounds) for q in queries]
+    totals = [s.total_ms for s in samples]
+    return {
+        "queries": len(queries),
+        "rounds": rounds,
+        "http_p50_ms": round(statistics.median(totals), 2),
+        "http_p99_ms": round(percentile(totals, 99), 2),
+        "embed_p50_ms": round(statistics.median(s.stages_ms.get("embed", 0.0) for s in samples), 3),
+    }
+
+
 def measure_freshness(client: httpx.Client, probes: int) -> list[float]:
     """Seconds from sending an upsert to its chunk being found by both legs."""
     out = []
@@ -375,13 +395,18 @@ def free_dashboard_port() -> None:
 
 
 def start_app(data_dir: Path, port: int, spec: RagIndexSpec) -> None:
-    """Run the app (Ray started on first use) with `spec`'s Router replicas."""
+    """Run the app (Ray started on first use) with `spec`'s Router replicas. A change between
+    one Router replica (direct ingress) and several (Serve's proxy) restarts Ray: the mode is
+    fixed when Ray's processes start."""
     import ray
     from ray import serve
 
     from ragindex.app.serve import build_app
-    from ragindex.app.serve_cli import APP_NAME, app_args, start_local
+    from ragindex.app.serve_cli import APP_NAME, app_args, start_local, stop_local
 
+    direct = os.environ.get("RAY_SERVE_ENABLE_DIRECT_INGRESS") == "1"
+    if ray.is_initialized() and direct and spec.dense.replicas > 1:
+        stop_local()
     if not ray.is_initialized():
         start_local(data_dir, port, spec)
         return
@@ -472,6 +497,7 @@ def _run(chunks: int, data_dir: Path, port: int, *, peer: bool, load: bool) -> d
     queries = unique_queries(rng, QUERIES, taken)
     peer_warmup = unique_queries(rng, WARMUP_QUERIES, taken)
     peer_queries = unique_queries(rng, QUERIES, taken)
+    repeated = unique_queries(rng, CACHE_QUERIES, taken)
     texts = ingest_texts(rng)
 
     token = create_token(data_dir, TENANT)
@@ -505,6 +531,7 @@ def _run(chunks: int, data_dir: Path, port: int, *, peer: bool, load: bool) -> d
                 if not side.try_open():  # a new replica: replays the whole chunks topic
                     raise TimeoutError("the in-process replica found no topics")
             inproc, http = time_search_pair(side, client, warmup, queries)
+            report["query_cache_hits"] = time_cache_hits(client, repeated, CACHE_ROUNDS)
             if es is not None:
                 es_client = stack.enter_context(httpx.Client(base_url=es.url, timeout=60))
 

@@ -289,6 +289,12 @@ def build_parser() -> argparse.ArgumentParser:
         "http", help="each Ray Serve option against the shipped ones, two servers side by side"
     )
     b.add_argument("--json", type=Path)
+    b.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        help="run only the variants whose name contains this (repeatable; default: all)",
+    )
     b.set_defaults(run=_lazy("ragindex.app.serve_cli", "bench_http_command"))
     b = bench.add_parser("backfill", help="generation backfill documents/s vs the raw embedder")
     b.add_argument("--docs", type=int, default=500, help="Cranfield documents to replay")

@@ -7,7 +7,13 @@ from pathlib import Path
 import pytest
 
 from ragindex.app.serve import parse_args
-from ragindex.app.serve_cli import DASHBOARD_PORT, app_args, dashboard_port
+from ragindex.app.serve_cli import (
+    DASHBOARD_PORT,
+    app_args,
+    dashboard_port,
+    direct_ingress_environment,
+    uses_direct_ingress,
+)
 from ragindex.config import RagIndexSpec
 from ragindex.errors import InvalidInput
 
@@ -32,3 +38,29 @@ def test_cli_args_are_what_the_builder_accepts(tmp_path: Path) -> None:
     assert (parsed.runtime, parsed.data_dir, parsed.spec.dense.shards) == ("local", tmp_path, 3)
     with pytest.raises(InvalidInput, match="unknown app args"):
         parse_args({**app_args(tmp_path, {}), "tenant": "x"})
+
+
+def test_one_router_replica_is_served_by_direct_ingress_several_by_the_proxy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("RAGINDEX_DIRECT_INGRESS", raising=False)
+    assert uses_direct_ingress(1) and not uses_direct_ingress(2)
+    monkeypatch.setenv("RAGINDEX_DIRECT_INGRESS", "0")
+    assert not uses_direct_ingress(1)
+    monkeypatch.setenv("RAGINDEX_DIRECT_INGRESS", "1")
+    assert uses_direct_ingress(1)
+    with pytest.raises(InvalidInput, match=r"dense\.replicas"):
+        uses_direct_ingress(2)
+    monkeypatch.setenv("RAGINDEX_DIRECT_INGRESS", "yes")
+    with pytest.raises(InvalidInput, match="must be 0 or 1"):
+        uses_direct_ingress(1)
+
+
+def test_direct_ingress_allocates_exactly_the_documented_port() -> None:
+    env = direct_ingress_environment(18000)
+    # Ray allocates from range(MIN, MAX): the one port asked for
+    assert (
+        env["RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT"],
+        env["RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT"],
+    ) == ("18000", "18001")
+    assert env["RAY_SERVE_ENABLE_DIRECT_INGRESS"] == "1"

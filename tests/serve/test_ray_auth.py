@@ -1,6 +1,7 @@
 """`ragindex serve` runs Ray with token authentication: a job without the data directory's
 token is refused, the API still serves (issue #14: the local runtime forced auth off, so anyone
-who reached Ray's ports could run code that reads every tenant's chunks)."""
+who reached Ray's ports could run code that reads every tenant's chunks). Its one Router
+replica answers the documented port itself, on loopback (direct ingress, #16)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 
 from ragindex.app.serve_cli import RAY_TOKEN_FILE, ensure_ray_token
@@ -102,3 +104,17 @@ def test_the_api_serves_with_ray_auth_on(running: Running, tmp_path: Path) -> No
         assert written.status_code == 202 and written.json()["applied"], written.text
         hits = client.post("/v1/search", json={"query": "angle of attack", "k": 1}).json()["hits"]
         assert hits and hits[0]["doc_id"] == "1"
+
+
+def test_the_router_replica_itself_listens_on_the_port(running: Running) -> None:
+    port = int(running.url.rsplit(":", 1)[1])
+    listening = [
+        c
+        for c in psutil.net_connections("tcp")
+        if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port
+    ]
+    owners = [" ".join(psutil.Process(c.pid).cmdline()) for c in listening if c.pid]
+    assert len(owners) == 1 and "Router" in owners[0], owners  # not Serve's ProxyActor
+    assert listening[0].laddr.ip == "127.0.0.1"
+    r = httpx.post(f"{running.url}/v1/search", json={"query": "lift"}, timeout=30)
+    assert r.status_code == 401  # the replica's own app: auth first
