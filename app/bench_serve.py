@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import statistics
 import sys
 import tempfile
@@ -83,6 +84,7 @@ READY_STREAK = 20
 FRESHNESS_PROBES = 20
 CACHE_QUERIES = 10  # the repeated set that shows the query-embedding cache's hit path
 CACHE_ROUNDS = 5
+PORT_RELEASE_S = 60.0
 INGEST_DOCS = 96
 INGEST_BATCH = 32  # what a client like `ragindex demo` sends
 INGEST_WAITS = 10
@@ -394,6 +396,23 @@ def free_dashboard_port() -> None:
     os.environ.setdefault("RAGINDEX_DASHBOARD_PORT", str(free_port()))
 
 
+def wait_port_released(port: int, timeout_s: float) -> None:
+    """Until this loopback port can be bound again (as a server binds it: SO_REUSEADDR)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind(("127.0.0.1", port))
+                return
+            except OSError as err:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(
+                        f"port {port} still taken {timeout_s:.0f} s after shutdown"
+                    ) from err
+        time.sleep(0.5)
+
+
 def start_app(data_dir: Path, port: int, spec: RagIndexSpec) -> None:
     """Run the app (Ray started on first use) with `spec`'s Router replicas. A change between
     one Router replica (direct ingress) and several (Serve's proxy) restarts Ray: the mode is
@@ -407,6 +426,7 @@ def start_app(data_dir: Path, port: int, spec: RagIndexSpec) -> None:
     direct = os.environ.get("RAY_SERVE_ENABLE_DIRECT_INGRESS") == "1"
     if ray.is_initialized() and direct and spec.dense.replicas > 1:
         stop_local()
+        wait_port_released(port, PORT_RELEASE_S)  # the old Router's server may still hold it
     if not ray.is_initialized():
         start_local(data_dir, port, spec)
         return
