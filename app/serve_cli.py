@@ -28,9 +28,11 @@ from typing import Any
 from ragindex.errors import InvalidInput
 from ragindex.netutil import free_port
 from ragindex.router.auth import create_token
+from ragindex.serve_config import Runtime
 
 APP_NAME = "ragindex"
 RAY_CPUS = 2
+CLUSTER_LOGICAL_CPUS = 16  # the cluster layout on one machine: logical CPUs, not cores
 DASHBOARD_PORT = 8265
 RAY_TOKEN_FILE = "ray_auth_token"
 RAY_START_ATTEMPTS = 3
@@ -105,9 +107,12 @@ def uses_direct_ingress(router_replicas: int) -> bool:
     return forced != "0" and router_replicas == 1
 
 
-def app_args(data_dir: Path, spec_json: dict[str, Any]) -> dict[str, Any]:
-    """The builder args for the local runtime (what render_serve_config puts in `args`)."""
-    return {"spec": spec_json, "name": APP_NAME, "data_dir": str(data_dir), "runtime": "local"}
+def app_args(
+    data_dir: Path, spec_json: dict[str, Any], runtime: Runtime = "local"
+) -> dict[str, Any]:
+    """The builder args (what render_serve_config puts in `args`); the cluster runtime on one
+    machine is for benchmarks: `bench serve --shard-replicas`."""
+    return {"spec": spec_json, "name": APP_NAME, "data_dir": str(data_dir), "runtime": runtime}
 
 
 def _load_spec(args: argparse.Namespace) -> Any:
@@ -131,19 +136,25 @@ def _raise_shutdown_once(signum: int, _frame: Any) -> None:
 
 
 def start_local(
-    data_dir: Path, port: int, spec: Any, on_ray_started: Callable[[], None] | None = None
+    data_dir: Path,
+    port: int,
+    spec: Any,
+    on_ray_started: Callable[[], None] | None = None,
+    runtime: Runtime = "local",
 ) -> None:
     """Start local Ray + Serve and run the app; returns once it is running.
 
     `on_ray_started` runs right after `ray.init`, which replaces the process's SIGTERM handler
-    with one that dies on the spot; callers re-install theirs there.
+    with one that dies on the spot; callers re-install theirs there. The cluster runtime's
+    deployments each ask for a whole CPU, so Ray is given CLUSTER_LOGICAL_CPUS for it.
     """
     os.environ.pop("RAY_AUTH_TOKEN", None)  # would win over the data directory's token file
     os.environ.update(ray_environment(data_dir))
     for key in direct_ingress_environment(port):  # Ray reads them when its processes start
         os.environ.pop(key, None)
     proxy_port = port
-    if uses_direct_ingress(spec.dense.replicas):
+    # the cluster layout autoscales its Router: several replicas behind Serve's proxy
+    if runtime == "local" and uses_direct_ingress(spec.dense.replicas):
         os.environ.update(direct_ingress_environment(port))
         proxy_port = free_port()  # Serve still runs its proxy; clients use the replica's port
     import ray
@@ -155,7 +166,7 @@ def start_local(
         try:
             ray.init(
                 address="local",  # a new Ray of our own, never another user's `ray start` cluster
-                num_cpus=RAY_CPUS,
+                num_cpus=RAY_CPUS if runtime == "local" else CLUSTER_LOGICAL_CPUS,
                 include_dashboard=True,
                 dashboard_host="127.0.0.1",
                 dashboard_port=dashboard_port(),
@@ -175,7 +186,10 @@ def start_local(
     serve.start(http_options={"host": "127.0.0.1", "port": proxy_port})
     spec_json = spec.model_dump(mode="json", by_alias=True)
     serve.run(
-        build_app(app_args(data_dir, spec_json)), name=APP_NAME, route_prefix="/", blocking=False
+        build_app(app_args(data_dir, spec_json, runtime)),
+        name=APP_NAME,
+        route_prefix="/",
+        blocking=False,
     )
 
 
@@ -246,6 +260,8 @@ def bench_serve_command(args: argparse.Namespace) -> int:
         port=getattr(args, "port", None) or free_port(),
         peer="peer" not in skip,
         load="load" not in skip,
+        log=getattr(args, "log", "file"),
+        shard_replicas=getattr(args, "shard_replicas", None),
     )
     print(format_report(report))
     if args.json:
