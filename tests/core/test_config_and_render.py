@@ -55,7 +55,7 @@ def test_cluster_layout_has_one_deployment_per_shard_and_separate_scaling():
     spec = RagIndexSpec.model_validate(
         {
             "dense": {"shards": 3, "replicas": 2},
-            "embedder": {"gpus": 1},
+            "embedder": {"backend": "sentence-transformers", "gpus": 1},
             "reranker": {"enabled": True, "model": "/models/ce"},
             "scaling": {"ingest": {"minReplicas": 0, "maxReplicas": 7}},
         }

@@ -62,7 +62,15 @@ def test_rebuild_fields_start_a_new_generation(fields: dict[str, Any]) -> None:
     "fields",
     [
         {"dense": {"hnsw": {"efSearch": 16}, "replicas": 3, "exactThreshold": 5}},
-        {"embedder": {"batchSize": 64, "replicas": 4, "gpus": 1}},
+        {  # sentence-transformers: same vectors as the default onnx, and it may use GPUs
+            "embedder": {
+                "backend": "sentence-transformers",
+                "batchSize": 64,
+                "replicas": 4,
+                "gpus": 1,
+                "queryCacheSize": 0,
+            }
+        },
         {"fusion": {"rrfK": 10}, "freshnessS": 5, "generations": {"selfCheckSample": 3}},
         {"lexical": {"onUnavailable": "dense-only"}, "scaling": {"query": {"maxReplicas": 9}}},
     ],

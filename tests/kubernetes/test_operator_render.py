@@ -122,7 +122,10 @@ def test_gpu_worker_group_only_when_gpus_are_asked_for() -> None:
     limits = groups[0]["template"]["spec"]["containers"][0]["resources"]["limits"]
     assert "nvidia.com/gpu" not in limits
 
-    spec = spec_of(embedder={"gpus": 0.5}, reranker={"enabled": True, "model": "m", "gpus": 2})
+    spec = spec_of(
+        embedder={"backend": "sentence-transformers", "gpus": 0.5},
+        reranker={"enabled": True, "model": "m", "gpus": 2},
+    )
     groups = one(render("idx", "ns", spec), "RayService")["spec"]["rayClusterConfig"][
         "workerGroupSpecs"
     ]
@@ -317,7 +320,7 @@ def test_secrets_reach_pods_only_by_reference_and_only_when_named() -> None:
 
 
 def test_ray_pods_are_locked_down_and_ray_auth_is_on() -> None:
-    objects = render("idx", "ns", spec_of(embedder={"gpus": 1}))
+    objects = render("idx", "ns", spec_of(embedder={"backend": "sentence-transformers", "gpus": 1}))
     cluster = one(objects, "RayService")["spec"]["rayClusterConfig"]
     assert cluster["authOptions"] == {"mode": "token"}
     assert len(pods(objects)) == 3  # head, cpu and gpu workers
