@@ -87,6 +87,7 @@ class LogShardReplica:
         self.snapshots = snapshots
         self.publish = publish and snapshots is not None
         self._load_snapshot(hnsw, exact_threshold)
+        self.start_offset = self.offset  # where replay began: > 0 when a snapshot was loaded
         self._since_snapshot = self._since_publish = 0
         self._snapshot_at = self._published_at = time.monotonic()
 
