@@ -16,7 +16,7 @@ from ragindex.log import FileLog, KafkaLog
 from ragindex.log.kafka_server import KafkaServer
 from ragindex.protocols import Log
 from ragindex.records import chunk_key, encode_chunk
-from ragindex.shards.log_replica import LogShardReplica
+from ragindex.shards.log_replica import LogShardReplica, publish_due
 from ragindex.shards.snapshot_log import SnapshotTopic, newest_complete, snapshot_records
 from ragindex.types import Chunk, LogRecord, ModelIdentity
 
@@ -94,8 +94,7 @@ def test_a_fresh_replica_loads_the_published_snapshot_and_replays_only_the_tail(
     log.append(plane.chunks, upserts("a", range(CHUNKS)) + upserts("b", range(50)))
     publisher = plane.replica("publisher")
     publisher.catch_up()
-    publisher.snapshot()
-    assert publisher.publish_snapshot()
+    publisher.snapshot()  # the first one of the shard is published at once
     covered = publisher.offset
     # the tail: new chunks and a tombstone, after the snapshot
     log.append(
@@ -126,7 +125,7 @@ def test_a_partial_or_corrupt_snapshot_is_passed_over_and_replay_answers_the_sam
 ) -> None:
     plane = Plane(log, tmp_path)
     log.append(plane.chunks, upserts("a", range(CHUNKS)))
-    publisher = plane.replica("publisher")
+    publisher = plane.replica("maker")  # publishes nothing itself
     publisher.catch_up()
     publisher.snapshot()
     files = {p.name: p.read_bytes() for p in (publisher.directory / "snapshot").iterdir()}
@@ -160,3 +159,10 @@ def test_the_newest_complete_snapshot_wins_and_the_reasons_name_the_rest() -> No
         "snapshot new: 1 part(s) of g1-a.faiss are missing",
     ]
     assert newest_complete(records, IDENTITY, "other-topic")[0] is None
+
+
+def test_publishing_is_rare_once_the_log_holds_a_snapshot() -> None:
+    assert publish_due(1, 0.0, published=False)  # none in the log yet: the first one at once
+    assert not publish_due(0, 1e9, published=False)
+    assert not publish_due(19_999, 599.0, published=True)
+    assert publish_due(20_000, 0.0, published=True) and publish_due(1, 600.0, published=True)
