@@ -18,8 +18,9 @@ from ragindex.records import chunk_header, split_chunk_key
 from ragindex.types import Chunk, LogRecord
 
 # Records per bulk write: each bulk write ends in one commit of the index, and a commit costs
-# ~0.3 s on tantivy, so a replay from 0 commits every 20 k records rather than every 2 k.
-BULK_RECORDS = 20_000
+# ~0.5 s on tantivy at 100 k chunks, so a replay from 0 commits every 50 k records (~75 MB
+# held at once), not every 2 k.
+BULK_RECORDS = 50_000
 
 
 class LexicalView:
