@@ -55,7 +55,7 @@ from ragindex.records import doc_key, encode_document
 from ragindex.router.auth import create_token
 from ragindex.serve_config import KAFKA_BOOTSTRAP_ENV, Runtime
 from ragindex.topics import partition_for_key
-from ragindex.types import Document
+from ragindex.types import Document, ModelIdentity
 
 if TYPE_CHECKING:  # Ray is imported only when the benchmark runs
     from ragindex.app.serve.query_side import LocalQuerySide
@@ -200,7 +200,9 @@ def wait_ready(client: httpx.Client, deadline_s: float) -> None:
         time.sleep(1.0)
 
 
-def wait_snapshots_published(data_dir: Path, spec: RagIndexSpec, deadline_s: float) -> None:
+def wait_snapshots_published(
+    data_dir: Path, spec: RagIndexSpec, embedder_identity: ModelIdentity, deadline_s: float
+) -> None:
     """Until the app's replica published a snapshot of every shard to the log (it does once
     its first replay is done), so that the new replica measured next can start from them."""
     from ragindex.app.serve.data_plane import (
@@ -210,18 +212,22 @@ def wait_snapshots_published(data_dir: Path, spec: RagIndexSpec, deadline_s: flo
         plane_snapshots_topic,
     )
     from ragindex.app.serve_cli import APP_NAME
+    from ragindex.shards.snapshot_log import SnapshotTopic
 
     topic = plane_snapshots_topic(spec, APP_NAME, DEFAULT_NAMESPACE)
+    shards = spec.dense.shards
     log_ = open_log(data_dir)
     snapshots = open_snapshot_log(data_dir, log_)
     deadline = time.monotonic() + deadline_s
     try:
         while True:
-            try:
-                if all(snapshots.end_offset(topic, s) > 0 for s in range(spec.dense.shards)):
-                    return
-            except InvalidInput:
-                pass  # no snapshot topic yet
+            if all(
+                SnapshotTopic(
+                    snapshots, topic, s, shards, "", embedder_identity
+                ).ends_with_manifest()
+                for s in range(shards)
+            ):
+                return
             if time.monotonic() > deadline:
                 raise TimeoutError(
                     f"no snapshot of every shard in {topic} after {deadline_s:.0f} s"
@@ -583,7 +589,7 @@ def _run(
         try:
             side.load_models()
             with timed_phase("snapshot_published_s", phases):
-                wait_snapshots_published(data_dir, spec, ready_deadline_s(chunks))
+                wait_snapshots_published(data_dir, spec, real.identity, ready_deadline_s(chunks))
             with timed_phase("bootstrap_s", phases):
                 if not side.try_open():  # a new replica: published snapshots, then the tail
                     raise TimeoutError("the in-process replica found no topics")

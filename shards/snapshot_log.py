@@ -172,6 +172,20 @@ class SnapshotTopic:
             return False
         return True
 
+    def ends_with_manifest(self) -> bool:
+        """Whether the partition's last record is a manifest: a snapshot was appended whole
+        (`fetch` still checks it). False while there is none or one is being appended."""
+        try:
+            begin, end = (
+                self.log.begin_offset(self.topic, self.partition),
+                self.log.end_offset(self.topic, self.partition),
+            )
+        except InvalidInput:
+            return False  # nothing was ever published
+        # Kafka's transaction markers take offsets: read a few before the end
+        tail = self.log.read(self.topic, self.partition, max(begin, end - 8), max_records=8)
+        return bool(tail) and tail[-1].key.endswith(f"/{MANIFEST_PART}".encode())
+
     def fetch(self) -> PublishedSnapshot | None:
         """The newest complete snapshot of this shard's identity and chunks topic, or None
         (logged) when there is none to use."""

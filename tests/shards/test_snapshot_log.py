@@ -92,9 +92,11 @@ def test_a_fresh_replica_loads_the_published_snapshot_and_replays_only_the_tail(
 ) -> None:
     plane = Plane(log, tmp_path)
     log.append(plane.chunks, upserts("a", range(CHUNKS)) + upserts("b", range(50)))
+    assert not plane.topic().ends_with_manifest()  # no snapshots topic yet
     publisher = plane.replica("publisher")
     publisher.catch_up()
     publisher.snapshot()  # the first one of the shard is published at once
+    assert plane.topic().ends_with_manifest()
     covered = publisher.offset
     # the tail: new chunks and a tombstone, after the snapshot
     log.append(
