@@ -152,8 +152,11 @@ class LogShardReplica:
             applied += len(records)
         self._since_snapshot += applied
         self._since_publish += applied
-        if snapshot_due(self._since_snapshot, time.monotonic() - self._snapshot_at):
-            self.snapshot()
+        first_to_publish = self.publish and not self._published and self._since_publish > 0
+        if first_to_publish or snapshot_due(
+            self._since_snapshot, time.monotonic() - self._snapshot_at
+        ):
+            self.snapshot()  # a publisher with no snapshot in the log yet: once caught up
         return applied
 
     def _apply(self, records: list[LogRecord]) -> None:
