@@ -20,7 +20,6 @@ from pathlib import Path
 import numpy as np
 
 from ragindex.config import HnswSpec
-from ragindex.errors import InvalidInput
 from ragindex.filters import TermExpr, TermPostings
 from ragindex.protocols import Log, Vectors
 from ragindex.records import decode_chunk, split_chunk_key
@@ -127,12 +126,12 @@ class LogShardReplica:
         if found is None:
             log.info("shard %d: no snapshot published to the log; replaying from 0", self.partition)
             return
+        strange = [n for n in found.files if "/" in n or n.startswith(".") or not n]
+        if strange:
+            log.warning("shard %d: published snapshot names %s; replaying", self.partition, strange)
+            return
         snap.mkdir(parents=True, exist_ok=True)
         for name, data in sorted(found.files.items(), key=lambda f: f[0] == MANIFEST):
-            if "/" in name or name.startswith("."):
-                raise InvalidInput(
-                    f"published snapshot names a file {name!r} outside its directory"
-                )
             write_durable(snap / name, data)  # the manifest last, as DenseShard.save does
         self._published = True
         log.info(
