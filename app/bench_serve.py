@@ -13,8 +13,11 @@ on a noisy machine (ratios and differences from one run are the figures to trust
 - upsert-to-searchable through HTTP (both legs), the freshness bound's measurement, and
   ack-to-applied everywhere (`?wait=true`: every shard replica of the answering Router and its
   BM25 view), `freshness_all_replicas_p99_s`;
-- `bootstrap_s`: a new replica (a fresh node-local directory, no snapshot) from the log to
-  serving, i.e. replaying every chunk into FAISS + text + BM25;
+- `bootstrap_s`: a new replica (a fresh node-local directory, nothing of its own) from the log
+  to serving: the newest shard snapshots the app's replica published to the log (FAISS + text,
+  `snapshot_published_s` after the app was ready), the chunks after them, and a replay of every
+  chunk into its BM25 view; `bootstrap_snapshot_offsets` says where each shard's replay began
+  (0: no snapshot was loaded, every chunk replayed);
 - ingest throughput through the API vs the raw embedder on the same passages;
 - saturation throughput (closed-loop clients ramp; the queries/s at which p99 passes 40 ms)
   with 1 and then 2 Router replicas, and the RSS of the runtime's processes at rest and under
@@ -54,7 +57,7 @@ from ragindex.records import doc_key, encode_document
 from ragindex.router.auth import create_token
 from ragindex.serve_config import KAFKA_BOOTSTRAP_ENV, Runtime
 from ragindex.topics import partition_for_key
-from ragindex.types import Document
+from ragindex.types import Document, ModelIdentity
 
 if TYPE_CHECKING:  # Ray is imported only when the benchmark runs
     from ragindex.app.serve.query_side import LocalQuerySide
@@ -200,6 +203,45 @@ def wait_ready(client: httpx.Client, deadline_s: float) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"the Serve app was not ready after {deadline_s:.0f} s: {detail}")
         time.sleep(1.0)
+
+
+def wait_snapshots_published(
+    data_dir: Path, spec: RagIndexSpec, embedder_identity: ModelIdentity, deadline_s: float
+) -> None:
+    """Until the app's replica published a snapshot of every shard to the log (it does once
+    its first replay is done), so that the new replica measured next can start from them."""
+    from ragindex.app.serve.data_plane import (
+        DEFAULT_NAMESPACE,
+        open_log,
+        open_snapshot_log,
+        plane_snapshots_topic,
+    )
+    from ragindex.app.serve_cli import APP_NAME
+    from ragindex.shards.snapshot_log import SnapshotTopic
+
+    topic = plane_snapshots_topic(spec, APP_NAME, DEFAULT_NAMESPACE)
+    shards = spec.dense.shards
+    log_ = open_log(data_dir)
+    snapshots = open_snapshot_log(data_dir, log_)
+    deadline = time.monotonic() + deadline_s
+    try:
+        while True:
+            if all(
+                SnapshotTopic(
+                    snapshots, topic, s, shards, "", embedder_identity
+                ).ends_with_manifest()
+                for s in range(shards)
+            ):
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"no snapshot of every shard in {topic} after {deadline_s:.0f} s"
+                )
+            time.sleep(0.5)
+    finally:
+        if snapshots is not log_:
+            snapshots.close()
+        log_.close()
 
 
 def unique_queries(rng: np.random.Generator, count: int, taken: set[str]) -> list[str]:
@@ -592,9 +634,13 @@ def _run(
         )
         try:
             side.load_models()
+            with timed_phase("snapshot_published_s", phases):
+                wait_snapshots_published(data_dir, spec, real.identity, ready_deadline_s(chunks))
             with timed_phase("bootstrap_s", phases):
-                if not side.try_open():  # a new replica: replays the whole chunks topic
+                if not side.try_open():  # a new replica: published snapshots, then the tail
                     raise TimeoutError("the in-process replica found no topics")
+            assert side.dense is not None
+            report["bootstrap_snapshot_offsets"] = [r.start_offset for r in side.dense.replicas]
             inproc, http = time_search_pair(side, client, warmup, queries)
             report["query_cache_hits"] = time_cache_hits(client, repeated, CACHE_ROUNDS)
             if es is not None:

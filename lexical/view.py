@@ -17,7 +17,10 @@ from ragindex.protocols import LexicalIndex, Log
 from ragindex.records import chunk_header, split_chunk_key
 from ragindex.types import Chunk, LogRecord
 
-READ_BATCH = 2000
+# Records per bulk write: each bulk write ends in one commit of the index, and a commit costs
+# ~0.5 s on tantivy at 100 k chunks, so a replay from 0 commits every 50 k records (~75 MB
+# held at once), not every 2 k.
+BULK_RECORDS = 50_000
 
 
 class LexicalView:
@@ -38,7 +41,7 @@ class LexicalView:
         applied = 0
         for p in range(len(self.offsets)):
             while True:
-                records = self.log.read(self.topic, p, self.offsets[p], max_records=READ_BATCH)
+                records = self.log.read(self.topic, p, self.offsets[p], max_records=BULK_RECORDS)
                 if not records:
                     break
                 self._apply(records)

@@ -3,16 +3,18 @@
 It holds the shard's FAISS tenant partitions AND its chunks' text (hits come back with text:
 no global chunk store on the query path), in node-local storage under `directory`. It starts
 from its own newest snapshot (FAISS files + texts, both stamped with the log offset they
-cover) or from offset 0, replays the partition from there, and snapshots periodically so a
-restart replays little.
+cover), else from the newest one published to the log (`snapshot_log`: a new replica on
+another node builds no HNSW graph), else from offset 0; replays the partition from there, and
+snapshots periodically so a restart replays little. A publishing replica also puts every
+PUBLISH_EVERY_RECORDS-th snapshot (or one a while after any change) into the log.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Sequence
-from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +25,7 @@ from ragindex.protocols import Log, Vectors
 from ragindex.records import decode_chunk, split_chunk_key
 from ragindex.shards.fsio import write_durable
 from ragindex.shards.shard import MANIFEST, DenseShard
+from ragindex.shards.snapshot_log import SnapshotTopic
 from ragindex.types import Chunk, LogRecord, ModelIdentity, ScoredId
 
 SNAPSHOT_DIR = "snapshot"
@@ -30,12 +33,26 @@ TEXTS = "texts.json"
 READ_BATCH = 2000
 SNAPSHOT_EVERY_RECORDS = 20_000
 SNAPSHOT_EVERY_S = 60.0
+# A published snapshot is the whole shard (~90 MB per 50 k vectors): far rarer than local ones.
+PUBLISH_EVERY_RECORDS = 20_000
+PUBLISH_EVERY_S = 600.0
+
+log = logging.getLogger("ragindex.shards")
 
 
 def snapshot_due(records_since: int, seconds_since: float) -> bool:
     """Snapshot after many records, or after a while with any: restarts replay little."""
     return records_since >= SNAPSHOT_EVERY_RECORDS or (
         records_since > 0 and seconds_since >= SNAPSHOT_EVERY_S
+    )
+
+
+def publish_due(records_since: int, seconds_since: float, *, published: bool) -> bool:
+    """Publish a snapshot to the log after many records, or after a long while with any, or
+    with any at all when this replica has neither published nor loaded one yet (a new replica
+    of a small shard still gets a snapshot to start from)."""
+    return records_since >= PUBLISH_EVERY_RECORDS or (
+        records_since > 0 and (seconds_since >= PUBLISH_EVERY_S or not published)
     )
 
 
@@ -51,7 +68,12 @@ class LogShardReplica:
         identity: ModelIdentity,
         hnsw: HnswSpec,
         exact_threshold: int,
+        snapshots: SnapshotTopic | None = None,
+        *,
+        publish: bool = False,
     ) -> None:
+        """`snapshots`: the shard's partition of `snapshots.<generation>`, loaded from when this
+        replica has no snapshot of its own, and published to when `publish`."""
         self.log = log_
         self.topic = topic
         self.partition = shard
@@ -62,16 +84,29 @@ class LogShardReplica:
         self.texts: dict[str, dict[str, Chunk]] = {}  # tenant -> chunk id -> chunk
         self.postings: dict[str, TermPostings] = {}  # tenant -> filter terms of its chunks
         self.offset = 0
+        self.snapshots = snapshots
+        self.publish = publish and snapshots is not None
+        self._published = False  # whether the log holds a snapshot this replica made or loaded
         self._load_snapshot(hnsw, exact_threshold)
-        self._since_snapshot = 0
-        self._snapshot_at = time.monotonic()
+        self.start_offset = self.offset  # where replay began: > 0 when a snapshot was loaded
+        self._since_snapshot = self._since_publish = 0
+        self._snapshot_at = self._published_at = time.monotonic()
 
     def _load_snapshot(self, hnsw: HnswSpec, exact_threshold: int) -> None:
         snap = self.directory / SNAPSHOT_DIR
+        has_local = (snap / MANIFEST).exists() and (snap / TEXTS).exists()
+        if not has_local and self.snapshots is not None:
+            self._fetch_published(snap)
         if not (snap / MANIFEST).exists() or not (snap / TEXTS).exists():
             return
-        shard = DenseShard.load(snap, hnsw, exact_threshold)
-        texts = json.loads((snap / TEXTS).read_bytes())
+        try:
+            shard = DenseShard.load(snap, hnsw, exact_threshold)
+            texts = json.loads((snap / TEXTS).read_bytes())
+        except (ValueError, KeyError, RuntimeError) as err:  # faiss: RuntimeError on bad bytes
+            log.warning(
+                "shard %d: snapshot in %s unreadable (%s); replaying", self.partition, snap, err
+            )
+            return
         if texts["offset"] != shard.wal_offset or shard.identity != self.identity:
             return  # a crash between the two writes, or another generation: replay from 0
         self.shard = shard
@@ -84,6 +119,27 @@ class LogShardReplica:
             for chunk in chunks_.values():
                 self.postings.setdefault(tenant, TermPostings()).add(chunk)
 
+    def _fetch_published(self, snap: Path) -> None:
+        """Write the newest complete snapshot published to the log into `snap`, if any."""
+        assert self.snapshots is not None
+        found = self.snapshots.fetch()
+        if found is None:
+            log.info("shard %d: no snapshot published to the log; replaying from 0", self.partition)
+            return
+        strange = [n for n in found.files if "/" in n or n.startswith(".") or not n]
+        if strange:
+            log.warning("shard %d: published snapshot names %s; replaying", self.partition, strange)
+            return
+        snap.mkdir(parents=True, exist_ok=True)
+        for name, data in sorted(found.files.items(), key=lambda f: f[0] == MANIFEST):
+            write_durable(snap / name, data)  # the manifest last, as DenseShard.save does
+        self._published = True
+        log.info(
+            "shard %d: loaded the snapshot published at chunk offset %d; replaying the rest",
+            self.partition,
+            found.offset,
+        )
+
     def catch_up(self, max_records: int | None = None) -> int:
         """Apply what the partition has beyond this replica's offset; returns records applied."""
         applied = 0
@@ -94,8 +150,12 @@ class LogShardReplica:
             self._apply(records)
             applied += len(records)
         self._since_snapshot += applied
-        if snapshot_due(self._since_snapshot, time.monotonic() - self._snapshot_at):
-            self.snapshot()
+        self._since_publish += applied
+        first_to_publish = self.publish and not self._published and self._since_publish > 0
+        if first_to_publish or snapshot_due(
+            self._since_snapshot, time.monotonic() - self._snapshot_at
+        ):
+            self.snapshot()  # a publisher with no snapshot in the log yet: once caught up
         return applied
 
     def _apply(self, records: list[LogRecord]) -> None:
@@ -128,13 +188,30 @@ class LogShardReplica:
         snap.mkdir(parents=True, exist_ok=True)
         texts = {
             "offset": self.offset,
-            "chunks": {t: [asdict(c) for c in cs.values()] for t, cs in self.texts.items()},
+            # vars, not asdict: asdict deep-copies every field (20 s per 50 k chunks); a Chunk's
+            # fields are JSON values already
+            "chunks": {t: [vars(c) for c in cs.values()] for t, cs in self.texts.items()},
         }
         write_durable(snap / TEXTS, json.dumps(texts).encode())
         self.shard.wal_offset = self.offset
         self.shard.save(snap)
         self._since_snapshot = 0
         self._snapshot_at = time.monotonic()
+        since = self._snapshot_at - self._published_at
+        if self.publish and publish_due(self._since_publish, since, published=self._published):
+            self.publish_snapshot()
+
+    def publish_snapshot(self) -> bool:
+        """Publish the snapshot on disk (see `snapshot`) to the log; False if it could not."""
+        assert self.snapshots is not None
+        snap = self.directory / SNAPSHOT_DIR
+        files = {p.name: p.read_bytes() for p in snap.iterdir() if not p.name.startswith(".")}
+        published = self.snapshots.publish(files, self.offset)
+        if published:
+            self._published = True
+            self._since_publish = 0
+            self._published_at = time.monotonic()
+        return published
 
     def search(
         self,

@@ -3,7 +3,10 @@
 - The log: Kafka when the operator injected bootstrap servers (KAFKA_BOOTSTRAP_ENV), else the
   file log in the data directory (the embedded runtime; one machine, one writer process: the
   Ingest replica, which is why documents are appended through it in every runtime).
-- Topics: `docs` and `chunks.<generation>` of this index (ragindex.topics), created if absent.
+- Topics: `docs` and `chunks.<generation>` of this index (ragindex.topics), created if absent,
+  and `snapshots.<generation>`, where shard replicas publish snapshots (shards.snapshot_log):
+  on Kafka the same cluster; on the file log (one writer: Ingest) a second file log beside it,
+  written by the publishing replica.
 - Replica storage: `<node root>/replicas/<generation>/<deployment>-<rank>/`, one per replica on its
   own node. The node root is NODE_ROOT_ENV where a node sets it (a node-local volume; each node
   of a multi-node test has its own), else the data directory. Nothing in it is shared: another
@@ -20,7 +23,7 @@ from ragindex.generations import index_generation, ingest_group
 from ragindex.ingest.worker import DataPlaneTopics
 from ragindex.protocols import Log
 from ragindex.serve_config import KAFKA_BOOTSTRAP_ENV, KAFKA_PASSWORD_ENV, KAFKA_USERNAME_ENV
-from ragindex.topics import chunks_topic, docs_topic
+from ragindex.topics import chunks_topic, docs_topic, snapshots_topic
 
 DEFAULT_NAMESPACE = "default"
 NODE_ROOT_ENV = "RAGINDEX_NODE_ROOT"
@@ -55,6 +58,21 @@ def open_log(data_dir: Path) -> Log:
     from ragindex.log import FileLog
 
     return FileLog(data_dir / "log")
+
+
+def plane_snapshots_topic(spec: RagIndexSpec, name: str, namespace: str) -> str:
+    return snapshots_topic(namespace, name, index_generation(spec))
+
+
+def open_snapshot_log(data_dir: Path, log_: Log) -> Log:
+    """Where shard snapshots are published and fetched: `log_` itself on Kafka; beside the
+    file log, a second file log (the first has one writer, Ingest; this one's is the
+    publishing replica)."""
+    if os.environ.get(KAFKA_BOOTSTRAP_ENV):
+        return log_
+    from ragindex.log import FileLog
+
+    return FileLog(data_dir / "snapshot-log")
 
 
 def ensure_topics(log_: Log, topics: DataPlaneTopics) -> None:

@@ -26,7 +26,13 @@ from ray.serve.handle import DeploymentHandle
 from ragindex.app.answers import answer_service
 from ragindex.app.engine import open_lexical
 from ragindex.app.serve import failover
-from ragindex.app.serve.data_plane import applied_target, open_log, plane_topics
+from ragindex.app.serve.data_plane import (
+    applied_target,
+    open_log,
+    open_snapshot_log,
+    plane_snapshots_topic,
+    plane_topics,
+)
 from ragindex.app.serve.pools import RemoteEmbedder, RemoteReranker
 from ragindex.app.serve.progress import STALE_S, registry, running_replicas, this_replica
 from ragindex.app.serve.threads import limit_threads
@@ -45,6 +51,7 @@ from ragindex.router.query import Access, QueryEngine, SearchResult
 from ragindex.router.query_cache import with_query_cache
 from ragindex.serve_config import LEXICAL, shard_deployment_name
 from ragindex.shards.log_replica import LogShardReplica
+from ragindex.shards.snapshot_log import SnapshotTopic
 from ragindex.types import Chunk, ModelIdentity, ScoredId
 
 
@@ -172,12 +179,23 @@ class LocalQuerySide:
     """Everything a local Router replica reads, owned by its worker thread."""
 
     def __init__(
-        self, spec: RagIndexSpec, data_dir: Path, name: str, namespace: str, directory: Path
+        self,
+        spec: RagIndexSpec,
+        data_dir: Path,
+        name: str,
+        namespace: str,
+        directory: Path,
+        *,
+        publish: bool = False,
     ) -> None:
+        """`publish`: this replica publishes its shard snapshots to the log (one per index)."""
         self.spec = spec
         self.data_dir = data_dir
         self.directory = directory
         self.topics = plane_topics(spec, name, namespace)
+        self.snapshots_topic = plane_snapshots_topic(spec, name, namespace)
+        self.publish = publish
+        self.snapshot_log: Log | None = None
         self.engine: QueryEngine | None = None
         self.dense: ReplicaDenseIndex | None = None
         self.view: LexicalView | None = None
@@ -209,6 +227,8 @@ class LocalQuerySide:
         except InvalidInput:
             return False
         identity = self.embedder.identity
+        self.snapshot_log = snapshot_log = open_snapshot_log(self.data_dir, log_)
+        shards = self.spec.dense.shards
         replicas = [
             LogShardReplica(
                 log_,
@@ -218,8 +238,12 @@ class LocalQuerySide:
                 identity,
                 self.spec.dense.hnsw,
                 self.spec.dense.exact_threshold,
+                SnapshotTopic(
+                    snapshot_log, self.snapshots_topic, i, shards, self.topics.chunks, identity
+                ),
+                publish=self.publish,
             )
-            for i in range(self.spec.dense.shards)
+            for i in range(shards)
         ]
         self.dense = ReplicaDenseIndex(replicas, identity)
         self.view = open_bm25_view(self.spec, log_, self.topics.chunks, self.directory, identity)
@@ -320,6 +344,8 @@ class LocalQuerySide:
                 replica.snapshot()  # a restart replays only what came after
         if self.view is not None:
             self.view.index.close()
+        if self.snapshot_log is not None and self.snapshot_log is not self.log:
+            self.snapshot_log.close()
         if self.log is not None:
             self.log.close()
 

@@ -66,7 +66,9 @@ class Router:
         self.side: QuerySide
         if runtime == "local":
             directory = replica_dir(self.data_dir, self.spec, ROUTER, replica_rank())
-            self.side = LocalQuerySide(self.spec, self.data_dir, name, namespace, directory)
+            self.side = LocalQuerySide(  # one replica publishes shard snapshots to the log
+                self.spec, self.data_dir, name, namespace, directory, publish=replica_rank() == 0
+            )
         else:
             assert embedder is not None and shards is not None and lexical is not None
             identity, max_seq = await embedder.describe.remote()

@@ -1,7 +1,8 @@
 """The Shard<i> deployment (cluster): one replica of one dense shard, a view of the log.
 
 It materializes partition i of `chunks.<generation>` (vectors and its chunks' text) into its
-own node-local directory, from its snapshot's offset or from 0, every REFRESH_S, and reports
+own node-local directory, from its own snapshot's offset, else the newest snapshot published
+to `snapshots.<generation>` (replica rank 0 publishes), else from 0, every REFRESH_S, and reports
 the offset it applied to the application's progress registry (for `?wait=true`).
 """
 
@@ -12,7 +13,14 @@ from typing import Any
 
 from ray.serve.handle import DeploymentHandle
 
-from ragindex.app.serve.data_plane import open_log, plane_topics, replica_dir, replica_rank
+from ragindex.app.serve.data_plane import (
+    open_log,
+    open_snapshot_log,
+    plane_snapshots_topic,
+    plane_topics,
+    replica_dir,
+    replica_rank,
+)
 from ragindex.app.serve.progress import ProgressReporter
 from ragindex.app.serve.threads import limit_threads
 from ragindex.app.serve.topic_view import TopicView
@@ -22,6 +30,7 @@ from ragindex.generations import index_generation
 from ragindex.protocols import Vectors
 from ragindex.serve_config import shard_deployment_name
 from ragindex.shards.log_replica import LogShardReplica
+from ragindex.shards.snapshot_log import SnapshotTopic
 from ragindex.types import Chunk, ModelIdentity, ScoredId
 
 
@@ -46,7 +55,17 @@ class ShardServer:
             / "shard"
         )
         self.log = open_log(Path(data_dir))
+        self.snapshot_log = open_snapshot_log(Path(data_dir), self.log)
         self.identity, _ = await embedder.describe.remote()
+        snapshots = SnapshotTopic(
+            self.snapshot_log,
+            plane_snapshots_topic(self.spec, name, namespace),
+            shard,
+            self.spec.dense.shards,
+            self.topics.chunks,
+            self.identity,
+        )
+        publish = replica_rank() == 0  # one replica of each shard publishes its snapshots
         reporter = ProgressReporter(shard_deployment_name(shard), index_generation(self.spec))
         self.replica: TopicView[LogShardReplica] = TopicView(
             f"shard{shard}",
@@ -60,6 +79,8 @@ class ShardServer:
                 self.identity,
                 self.spec.dense.hnsw,
                 self.spec.dense.exact_threshold,
+                snapshots,
+                publish=publish,
             ),
             f"shard {shard} is still opening",
             lambda replica: reporter.report({shard: replica.offset}),

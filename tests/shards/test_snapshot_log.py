@@ -1,0 +1,171 @@
+"""Shard snapshots carried in the log: a fresh replica loads one, then replays only the tail;
+a partial, corrupt or foreign snapshot is never loaded (replay from 0). On the file log and
+on a real Kafka broker."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ragindex.config import HnswSpec
+from ragindex.log import FileLog, KafkaLog
+from ragindex.log.kafka_server import KafkaServer
+from ragindex.protocols import Log
+from ragindex.records import chunk_key, encode_chunk
+from ragindex.shards.log_replica import LogShardReplica, publish_due
+from ragindex.shards.snapshot_log import SnapshotTopic, newest_complete, snapshot_records
+from ragindex.types import Chunk, LogRecord, ModelIdentity
+
+DIM = 8
+IDENTITY = ModelIdentity("test-model", "0" * 64, DIM, True)
+OTHER = ModelIdentity("other-model", "1" * 64, DIM, True)
+CHUNKS = 1500  # above the exact threshold: the published partition is an HNSW graph
+
+
+def chunk(tenant: str, n: int) -> Chunk:
+    text = f"text {n} " + "padding " * 80  # texts.json spans several 512 KiB records
+    return Chunk(tenant, f"wiki:{n}:0", "wiki", str(n), 0, f"T{n}", text, f"h{n}")
+
+
+def vector(n: int) -> np.ndarray:
+    v = np.random.default_rng(n).standard_normal(DIM).astype(np.float32)
+    return v / np.linalg.norm(v)
+
+
+def upserts(tenant: str, numbers: range) -> list[tuple[int, bytes, bytes | None]]:
+    return [
+        (0, chunk_key(tenant, f"wiki:{n}:0"), encode_chunk(chunk(tenant, n), vector(n)))
+        for n in numbers
+    ]
+
+
+@pytest.fixture(params=["file", pytest.param("kafka", marks=pytest.mark.kafka)])
+def log(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Log]:
+    if request.param == "file":
+        opened: Log = FileLog(tmp_path / "log")
+    else:
+        server: KafkaServer = request.getfixturevalue("kafka_server")
+        opened = KafkaLog(server.bootstrap)
+    yield opened
+    opened.close()
+
+
+class Plane:
+    """A chunks topic and its snapshots topic (unique names: the Kafka broker is shared)."""
+
+    def __init__(self, log: Log, root: Path) -> None:
+        name = uuid.uuid4().hex[:8]
+        self.log, self.root = log, root
+        self.chunks, self.snapshots = f"t{name}.chunks.g1", f"t{name}.snapshots.g1"
+        log.ensure_topic(self.chunks, 1, compacted=True)
+
+    def topic(self, identity: ModelIdentity = IDENTITY) -> SnapshotTopic:
+        return SnapshotTopic(self.log, self.snapshots, 0, 1, self.chunks, identity)
+
+    def replica(
+        self, node: str, identity: ModelIdentity = IDENTITY, *, snapshots: bool = True
+    ) -> LogShardReplica:
+        return LogShardReplica(
+            self.log,
+            self.chunks,
+            0,
+            self.root / node,
+            identity,
+            HnswSpec(m=16, ef_construction=64, ef_search=64),
+            100,
+            self.topic(identity) if snapshots else None,
+            publish=node == "publisher",
+        )
+
+
+def answers(r: LogShardReplica) -> list[object]:
+    hits = [r.search(vector(q)[None, :], 5, t, IDENTITY) for q in range(20) for t in ("a", "b")]
+    texts = r.get_chunks("a", [f"wiki:{n}:0" for n in range(0, CHUNKS + 10, 97)])
+    return [hits, {c: t.text[:12] for c, t in texts.items()}, r.count("a"), r.count("b")]
+
+
+def test_a_fresh_replica_loads_the_published_snapshot_and_replays_only_the_tail(
+    log: Log, tmp_path: Path
+) -> None:
+    plane = Plane(log, tmp_path)
+    log.append(plane.chunks, upserts("a", range(CHUNKS)) + upserts("b", range(50)))
+    assert not plane.topic().ends_with_manifest()  # no snapshots topic yet
+    publisher = plane.replica("publisher")
+    publisher.catch_up()
+    publisher.snapshot()  # the first one of the shard is published at once
+    assert plane.topic().ends_with_manifest()
+    covered = publisher.offset
+    # the tail: new chunks and a tombstone, after the snapshot
+    log.append(
+        plane.chunks,
+        [*upserts("a", range(CHUNKS, CHUNKS + 5)), (0, chunk_key("a", "wiki:3:0"), None)],
+    )
+    fresh = plane.replica("node2")
+    assert fresh.offset == covered  # from the published snapshot, not from 0
+    assert fresh.catch_up() == 6
+    replayed = plane.replica("node3", snapshots=False)
+    assert replayed.offset == 0 and replayed.catch_up() == CHUNKS + 50 + 6
+    assert answers(fresh) == answers(replayed)
+    assert "wiki:3:0" not in fresh.get_chunks("a", ["wiki:3:0"])
+    # another embedding model identity never loads it
+    assert plane.replica("node4", OTHER).offset == 0
+    # a second snapshot supersedes the first: the topic holds one snapshot, not both
+    fresh.publish, fresh.snapshots = True, plane.topic()
+    fresh.snapshot()
+    assert fresh.publish_snapshot()
+    assert plane.replica("node5").offset == fresh.offset > covered
+    begin = log.begin_offset(plane.snapshots, 0)
+    kept = log.read(plane.snapshots, 0, begin, max_records=10_000)
+    assert len({r.key.split(b"/")[0] for r in kept}) == 1
+
+
+def test_a_partial_or_corrupt_snapshot_is_passed_over_and_replay_answers_the_same(
+    log: Log, tmp_path: Path
+) -> None:
+    plane = Plane(log, tmp_path)
+    log.append(plane.chunks, upserts("a", range(CHUNKS)))
+    publisher = plane.replica("maker")  # publishes nothing itself
+    publisher.catch_up()
+    publisher.snapshot()
+    files = {p.name: p.read_bytes() for p in (publisher.directory / "snapshot").iterdir()}
+    records = snapshot_records("bad", files, IDENTITY, plane.chunks, publisher.offset)
+    key, value = records[0]
+    corrupt = [(key, bytes([value[0] ^ 0xFF]) + value[1:]), *records[1:]]
+    log.ensure_topic(plane.snapshots, 1, compacted=False)
+    log.append(plane.snapshots, [(0, k, v) for k, v in corrupt])
+    fresh = plane.replica("node2")
+    assert fresh.offset == 0  # the corrupt snapshot was not loaded
+    assert fresh.catch_up() == CHUNKS
+    partial = snapshot_records("partial", files, IDENTITY, plane.chunks, publisher.offset)
+    log.append(plane.snapshots, [(0, k, v) for k, v in partial[1:]])  # its first part lost
+    again = plane.replica("node3")
+    assert again.offset == 0 and again.catch_up() == CHUNKS
+    assert answers(fresh) == answers(again) == answers(publisher)
+
+
+def test_the_newest_complete_snapshot_wins_and_the_reasons_name_the_rest() -> None:
+    files = {"manifest.json": b"{}", "g1-a.faiss": bytes(range(256)) * 3}
+    old = snapshot_records("old", files, IDENTITY, "c", 10, part_bytes=100)
+    new = snapshot_records("new", files, IDENTITY, "c", 20, part_bytes=100)
+    foreign = snapshot_records("foreign", files, OTHER, "c", 30, part_bytes=100)
+    assert len(old) == 1 + 8 + 1  # the manifest file, 768 bytes in parts of 100, the manifest
+    broken = new[:3] + new[4:]
+    records = [LogRecord(0, n, k, v) for n, (k, v) in enumerate(old + broken + foreign)]
+    found, reasons = newest_complete(records, IDENTITY, "c")
+    assert found is not None and found.offset == 10 and found.files == files
+    assert reasons == [
+        "snapshot foreign: another embedding model identity made it",
+        "snapshot new: 1 part(s) of g1-a.faiss are missing",
+    ]
+    assert newest_complete(records, IDENTITY, "other-topic")[0] is None
+
+
+def test_publishing_is_rare_once_the_log_holds_a_snapshot() -> None:
+    assert publish_due(1, 0.0, published=False)  # none in the log yet: the first one at once
+    assert not publish_due(0, 1e9, published=False)
+    assert not publish_due(19_999, 599.0, published=True)
+    assert publish_due(20_000, 0.0, published=True) and publish_due(1, 600.0, published=True)
