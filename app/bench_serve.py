@@ -34,10 +34,10 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 import numpy as np
@@ -50,6 +50,7 @@ from ragindex.measure import Goals, missed_goals, percentile, text_table
 from ragindex.protocols import Embedder, Vectors
 from ragindex.records import doc_key, encode_document
 from ragindex.router.auth import create_token
+from ragindex.serve_config import KAFKA_BOOTSTRAP_ENV, Runtime
 from ragindex.topics import partition_for_key
 from ragindex.types import Document
 
@@ -57,6 +58,7 @@ if TYPE_CHECKING:  # Ray is imported only when the benchmark runs
     from ragindex.app.serve.query_side import LocalQuerySide
 
 TENANT = "bench"
+LogKind = Literal["file", "kafka"]
 # What the serving path promises (`--check` exits 1 when a run misses one).
 GOALS: Goals = {
     "http_p50_ms": ("<=", 15.0),
@@ -374,8 +376,9 @@ def free_dashboard_port() -> None:
     os.environ.setdefault("RAGINDEX_DASHBOARD_PORT", str(free_port()))
 
 
-def start_app(data_dir: Path, port: int, spec: RagIndexSpec) -> None:
-    """Run the app (Ray started on first use) with `spec`'s Router replicas."""
+def start_app(data_dir: Path, port: int, spec: RagIndexSpec, runtime: Runtime) -> None:
+    """Run the app (Ray started on first use) with `spec`'s replicas: the Router's in the
+    local runtime, each shard's in the cluster one."""
     import ray
     from ray import serve
 
@@ -383,11 +386,14 @@ def start_app(data_dir: Path, port: int, spec: RagIndexSpec) -> None:
     from ragindex.app.serve_cli import APP_NAME, app_args, start_local
 
     if not ray.is_initialized():
-        start_local(data_dir, port, spec)
+        start_local(data_dir, port, spec, runtime=runtime)
         return
     spec_json = spec.model_dump(mode="json", by_alias=True)
     serve.run(
-        build_app(app_args(data_dir, spec_json)), name=APP_NAME, route_prefix="/", blocking=False
+        build_app(app_args(data_dir, spec_json, runtime)),
+        name=APP_NAME,
+        route_prefix="/",
+        blocking=False,
     )
 
 
@@ -431,23 +437,52 @@ def run_bench_serve(
     *,
     peer: bool = True,
     load: bool = True,
+    log: LogKind = "file",
+    shard_replicas: int | None = None,
 ) -> dict[str, Any]:
     """Load, then measure while the app runs, each pair interleaved in one run so both sides
     share the machine's load: HTTP / in-process hybrid search (and its stages), ragindex
     lexical / Elasticsearch BM25 through HTTP (`peer`), freshness, API / raw embedder ingest,
-    then saturation with 1 and 2 Router replicas and the runtime's memory (`load`)."""
+    then saturation with 1 and 2 Router replicas and the runtime's memory (`load`).
+
+    `log="kafka"` puts the data plane on a local Kafka broker started for the run; with
+    `shard_replicas` the app runs the cluster layout (Router, Shard<i> x replicas, Lexical,
+    embedder pools, Ingest as their own deployments) on this machine, and the saturation ramp
+    runs once, on that layout."""
     if chunks < MIN_CHUNKS:
         raise InvalidInput(f"--chunks must be at least {MIN_CHUNKS}")
+    if shard_replicas is not None and shard_replicas < 1:
+        raise InvalidInput(f"--shard-replicas must be at least 1, got {shard_replicas}")
     if data_dir is not None and data_dir.exists() and any(data_dir.iterdir()):
         raise InvalidInput(f"{data_dir} is not empty; the benchmark needs a fresh data dir")
     with ExitStack() as cleanup:
         if data_dir is None:  # a temporary one, removed afterwards (100 k chunks take ~1 GB)
             data_dir = Path(tempfile.mkdtemp(prefix="ragindex-bench-serve-"))
             cleanup.callback(shutil.rmtree, data_dir, True)
-        return _run(chunks, data_dir, port, peer=peer, load=load)
+        if log == "kafka":
+            cleanup.enter_context(kafka_data_plane())
+        return _run(chunks, data_dir, port, peer=peer, load=load, shard_replicas=shard_replicas)
 
 
-def _run(chunks: int, data_dir: Path, port: int, *, peer: bool, load: bool) -> dict[str, Any]:
+@contextmanager
+def kafka_data_plane() -> Iterator[None]:
+    """A local Kafka broker for the run; every process of it (this one, Ray's, which inherit
+    the environment) finds it through the data plane's bootstrap variable."""
+    from ragindex.log.kafka_server import start_kafka
+    from ragindex.serve_config import KAFKA_BOOTSTRAP_ENV
+
+    kafka = start_kafka(heap_mb=1024)
+    os.environ[KAFKA_BOOTSTRAP_ENV] = kafka.bootstrap
+    try:
+        yield
+    finally:
+        os.environ.pop(KAFKA_BOOTSTRAP_ENV, None)
+        kafka.stop()
+
+
+def _run(
+    chunks: int, data_dir: Path, port: int, *, peer: bool, load: bool, shard_replicas: int | None
+) -> dict[str, Any]:
     from ragindex.app.serve_cli import APP_NAME, ray_environment, stop_local
 
     # Ray fixes its auth mode when first imported: the serve environment goes first.
@@ -459,11 +494,21 @@ def _run(chunks: int, data_dir: Path, port: int, *, peer: bool, load: bool) -> d
     from ragindex.lexical.es_server import running_elasticsearch
     from ragindex.models.embedder import load_embedder
 
+    runtime: Runtime = "local" if shard_replicas is None else "cluster"
     spec = RagIndexSpec.model_validate(BENCH_SPEC)
+    if shard_replicas is not None:
+        spec = spec.model_copy(
+            update={"dense": spec.dense.model_copy(update={"replicas": shard_replicas})}
+        )
     rng = np.random.default_rng(1)
     real = load_embedder(spec.embedder)
     phases: dict[str, float] = {}
-    report: dict[str, Any] = {"chunks": chunks, "shards": spec.dense.shards, "log": "file"}
+    report: dict[str, Any] = {
+        "chunks": chunks,
+        "shards": spec.dense.shards,
+        "log": "kafka" if os.environ.get(KAFKA_BOOTSTRAP_ENV) else "file",
+        "runtime": runtime,
+    }
 
     with timed_phase("load_s", phases):
         load_corpus(data_dir, spec, SyntheticPassages(real), chunks, rng)
@@ -489,7 +534,7 @@ def _run(chunks: int, data_dir: Path, port: int, *, peer: bool, load: bool) -> d
         memory = PeakMemory(exclude=[es.process.pid] if es is not None else [])
         stack.callback(stop_local)
         with timed_phase("app_ready_s", phases):
-            start_app(data_dir, port, spec)
+            start_app(data_dir, port, spec, runtime)
             url = f"http://127.0.0.1:{port}"
             client = stack.enter_context(
                 httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=60)
@@ -525,9 +570,10 @@ def _run(chunks: int, data_dir: Path, port: int, *, peer: bool, load: bool) -> d
             stream = fresh_queries(rng, taken)
             report["saturation"] = {"1": saturation(url, token, stream, memory)}
             report["runtime_memory_under_load"] = dict(memory.peak)
+        if load and runtime == "local":
             two = spec.model_copy(update={"dense": spec.dense.model_copy(update={"replicas": 2})})
             with timed_phase("second_replica_ready_s", phases):
-                start_app(data_dir, port, two)
+                start_app(data_dir, port, two, runtime)
                 wait_every_replica_ready(client, ready_deadline_s(chunks))
             memory_two = PeakMemory(memory.exclude)
             report["saturation"]["2"] = saturation(url, token, stream, memory_two)
@@ -537,7 +583,8 @@ def _run(chunks: int, data_dir: Path, port: int, *, peer: bool, load: bool) -> d
     http_p50 = statistics.median(http_ms)
     inproc_p50 = statistics.median(inproc)
     report |= {
-        "router_replicas": spec.dense.replicas,
+        "router_replicas": spec.dense.replicas if runtime == "local" else "autoscaled",
+        "shard_replicas": spec.dense.replicas if runtime == "cluster" else "in each Router",
         "queries": len(queries),
         "warmup_queries": len(warmup),
         "http_p50_ms": round(http_p50, 2),

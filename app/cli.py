@@ -283,6 +283,17 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         help="leave out the Elasticsearch peer or the saturation ramp",
     )
+    b.add_argument(
+        "--log",
+        choices=["file", "kafka"],
+        default="file",
+        help="the data plane: the file log, or a local Kafka broker started for the run",
+    )
+    b.add_argument(
+        "--shard-replicas",
+        type=int,
+        help="run the cluster layout (each shard its own deployment) with N replicas per shard",
+    )
     b.add_argument("--check", action="store_true", help=CHECK_HELP)
     b.set_defaults(run=_lazy("ragindex.app.serve_cli", "bench_serve_command"))
     b = bench.add_parser(

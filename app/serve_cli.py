@@ -26,9 +26,11 @@ from typing import Any
 from ragindex.errors import InvalidInput
 from ragindex.netutil import free_port
 from ragindex.router.auth import create_token
+from ragindex.serve_config import Runtime
 
 APP_NAME = "ragindex"
 RAY_CPUS = 2
+CLUSTER_LOGICAL_CPUS = 16  # the cluster layout on one machine: logical CPUs, not cores
 DASHBOARD_PORT = 8265
 RAY_TOKEN_FILE = "ray_auth_token"
 RAY_START_ATTEMPTS = 3
@@ -73,9 +75,12 @@ def ray_environment(data_dir: Path) -> dict[str, str]:
     }
 
 
-def app_args(data_dir: Path, spec_json: dict[str, Any]) -> dict[str, Any]:
-    """The builder args for the local runtime (what render_serve_config puts in `args`)."""
-    return {"spec": spec_json, "name": APP_NAME, "data_dir": str(data_dir), "runtime": "local"}
+def app_args(
+    data_dir: Path, spec_json: dict[str, Any], runtime: Runtime = "local"
+) -> dict[str, Any]:
+    """The builder args (what render_serve_config puts in `args`); the cluster runtime on one
+    machine is for benchmarks: `bench serve --shard-replicas`."""
+    return {"spec": spec_json, "name": APP_NAME, "data_dir": str(data_dir), "runtime": runtime}
 
 
 def _load_spec(args: argparse.Namespace) -> Any:
@@ -99,12 +104,17 @@ def _raise_shutdown_once(signum: int, _frame: Any) -> None:
 
 
 def start_local(
-    data_dir: Path, port: int, spec: Any, on_ray_started: Callable[[], None] | None = None
+    data_dir: Path,
+    port: int,
+    spec: Any,
+    on_ray_started: Callable[[], None] | None = None,
+    runtime: Runtime = "local",
 ) -> None:
     """Start local Ray + Serve and run the app; returns once it is running.
 
     `on_ray_started` runs right after `ray.init`, which replaces the process's SIGTERM handler
-    with one that dies on the spot; callers re-install theirs there.
+    with one that dies on the spot; callers re-install theirs there. The cluster runtime's
+    deployments each ask for a whole CPU, so Ray is given CLUSTER_LOGICAL_CPUS for it.
     """
     os.environ.pop("RAY_AUTH_TOKEN", None)  # would win over the data directory's token file
     os.environ.update(ray_environment(data_dir))
@@ -117,7 +127,7 @@ def start_local(
         try:
             ray.init(
                 address="local",  # a new Ray of our own, never another user's `ray start` cluster
-                num_cpus=RAY_CPUS,
+                num_cpus=RAY_CPUS if runtime == "local" else CLUSTER_LOGICAL_CPUS,
                 include_dashboard=True,
                 dashboard_host="127.0.0.1",
                 dashboard_port=dashboard_port(),
@@ -137,7 +147,10 @@ def start_local(
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     spec_json = spec.model_dump(mode="json", by_alias=True)
     serve.run(
-        build_app(app_args(data_dir, spec_json)), name=APP_NAME, route_prefix="/", blocking=False
+        build_app(app_args(data_dir, spec_json, runtime)),
+        name=APP_NAME,
+        route_prefix="/",
+        blocking=False,
     )
 
 
@@ -208,6 +221,8 @@ def bench_serve_command(args: argparse.Namespace) -> int:
         port=getattr(args, "port", None) or free_port(),
         peer="peer" not in skip,
         load="load" not in skip,
+        log=getattr(args, "log", "file"),
+        shard_replicas=getattr(args, "shard_replicas", None),
     )
     print(format_report(report))
     if args.json:

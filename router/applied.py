@@ -3,7 +3,8 @@
 Each replica of a view (a `Shard<i>` replica: its partition of `chunks.<generation>`; a
 `Lexical` replica: every partition) reports the chunk offsets it applied, under its own
 replica id, to a registry that stamps each report's age. A write is applied everywhere once,
-for every view, at least as many replicas as the view has running sent a recent report
+for every view, each replica Serve runs (by id, so that the fresh report of a replica that
+just died cannot stand in for its replacement) and at least one in all sent a recent report
 (at most `stale_s` old) at or past the write's offsets. A replica that cannot report (stuck,
 its node gone) keeps the wait waiting, bounded by the caller's timeout; one that starts
 later catches up to the end of the log before it answers its first search.
@@ -11,7 +12,7 @@ later catches up to the end of the log before it answers its first search.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 
 
@@ -25,12 +26,12 @@ class ViewReport:
 
 def every_replica_applied(
     reports: Sequence[ViewReport],
-    running: Mapping[str, int],
+    running: Mapping[str, Set[str]],
     targets: Mapping[str, Mapping[int, int]],
     stale_s: float,
 ) -> bool:
-    """Whether, for every view in `targets` (view -> partition -> offset to reach), at least
-    `running[view]` (and at least one) distinct replicas reported recently having applied
+    """Whether, for every view in `targets` (view -> partition -> offset to reach), every
+    replica id in `running[view]`, and at least one replica, reported recently having applied
     every one of its target offsets."""
     for view, wanted in targets.items():
         caught_up = {
@@ -40,6 +41,6 @@ def every_replica_applied(
             and r.age_s <= stale_s
             and all(r.offsets.get(p, 0) >= offset for p, offset in wanted.items())
         }
-        if len(caught_up) < max(1, running.get(view, 0)):
+        if not caught_up or not running.get(view, set()) <= caught_up:
             return False
     return True

@@ -61,11 +61,11 @@ def registry(app: str, generation: str) -> Any:
 
 
 def this_replica() -> tuple[str, str]:
-    """(application name, this replica's full id) inside a Serve replica."""
+    """(application name, this replica's id within its deployment) inside a Serve replica."""
     from ray import serve
 
     replica_id = serve.get_replica_context().replica_id
-    return replica_id.deployment_id.app_name, replica_id.to_full_id_str()
+    return replica_id.deployment_id.app_name, replica_id.unique_id
 
 
 class ProgressReporter:
@@ -90,14 +90,18 @@ class ProgressReporter:
         self._last, self._sent_at = dict(offsets), now
 
 
-def running_replicas(app: str, views: list[str]) -> dict[str, int]:
-    """How many replicas Serve runs for each of `views` (deployments of `app`)."""
-    from ray import serve
-    from ray.serve.schema import ReplicaState
+def running_replicas(app: str, views: list[str]) -> dict[str, set[str]]:
+    """The ids of the replicas Serve runs for each of `views` (deployments of `app`), from the
+    controller's instance details, which `serve.status()` reduces to counts."""
+    from ray.serve.context import _get_global_client
+    from ray.serve.schema import ReplicaState, ServeInstanceDetails
 
-    deployments = serve.status().applications[app].deployments
+    client = _get_global_client()
+    assert client is not None  # inside a Serve replica the controller runs
+    details = ServeInstanceDetails(**client.get_serve_details())
+    deployments = details.applications[app].deployments
     return {
-        view: int(deployments[view].replica_states.get(ReplicaState.RUNNING, 0))
+        view: {r.replica_id for r in deployments[view].replicas if r.state == ReplicaState.RUNNING}
         for view in views
         if view in deployments
     }

@@ -23,6 +23,7 @@ from ragindex.app.bench_peer import (
 )
 from ragindex.app.bench_serve import (
     HttpSample,
+    run_bench_serve,
     server_timing_ms,
     stage_breakdown,
     unique_queries,
@@ -30,6 +31,7 @@ from ragindex.app.bench_serve import (
 from ragindex.app.serve.data_plane import DEFAULT_NAMESPACE, ensure_topics, open_log, plane_topics
 from ragindex.app.serve_cli import APP_NAME
 from ragindex.config import RagIndexSpec
+from ragindex.errors import InvalidInput
 from ragindex.ingest.worker import IngestWorker
 from ragindex.lexical import TantivyIndex
 from ragindex.lexical.es_server import EsServer
@@ -51,6 +53,14 @@ def test_query_sets_are_unique_and_disjoint() -> None:
     assert len(set(warmup)) == 20 and len(set(timed)) == 200
     assert not set(warmup) & set(timed)
     assert taken == set(warmup) | set(timed)
+
+
+def test_bad_options_are_refused_before_anything_starts(tmp_path: Path) -> None:
+    with pytest.raises(InvalidInput, match="--shard-replicas must be at least 1, got 0"):
+        run_bench_serve(1_000, tmp_path / "fresh", 1, shard_replicas=0)
+    with pytest.raises(InvalidInput, match="--chunks must be at least"):
+        run_bench_serve(10, tmp_path / "fresh", 1)
+    assert not (tmp_path / "fresh").exists()
 
 
 def test_server_timing_reads_the_named_metric() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ragindex.router.applied import ViewReport, every_replica_applied
 
 TARGETS = {"Shard0": {0: 5}, "Shard1": {1: 3}, "Lexical": {0: 5, 1: 3}}
-RUNNING = {"Shard0": 2, "Shard1": 2, "Lexical": 1}
+RUNNING = {"Shard0": {"a", "b"}, "Shard1": {"c", "d"}, "Lexical": {"e"}}
 STALE_S = 3.0
 
 
@@ -36,7 +36,14 @@ def test_the_bm25_view_must_have_every_partition() -> None:
 
 def test_a_running_replica_that_never_reported_keeps_it_unapplied() -> None:
     assert not every_replica_applied(everyone()[1:], RUNNING, TARGETS, STALE_S)
-    assert not every_replica_applied(everyone(), {**RUNNING, "Lexical": 2}, TARGETS, STALE_S)
+    assert not every_replica_applied(
+        everyone(), {**RUNNING, "Lexical": {"e", "f"}}, TARGETS, STALE_S
+    )
+
+
+def test_a_dead_replicas_fresh_report_does_not_stand_in_for_its_replacement() -> None:
+    replaced = {**RUNNING, "Shard1": {"c", "d2"}}  # d died just now; d2 has not reported yet
+    assert not every_replica_applied(everyone(), replaced, TARGETS, STALE_S)
 
 
 def test_stale_reports_do_not_count() -> None:
@@ -50,4 +57,6 @@ def test_two_reports_of_one_replica_count_once() -> None:
 
 
 def test_a_view_with_no_running_replica_still_needs_one_report() -> None:
-    assert not every_replica_applied(everyone()[:4], {**RUNNING, "Lexical": 0}, TARGETS, STALE_S)
+    assert not every_replica_applied(
+        everyone()[:4], {**RUNNING, "Lexical": set()}, TARGETS, STALE_S
+    )
