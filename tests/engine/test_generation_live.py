@@ -58,8 +58,13 @@ SEED = 30
 REPORT_TIMEOUT_S = 240.0
 
 
-def live_doc(n: int) -> Document:
-    return Document("live", f"w{n}", f"zeppelin mooring mast {n}", f"airship docking mast {n}")
+def live_docs(cranfield: Collection) -> list[Document]:
+    """What the writer writes, in turn: Cranfield's titles past the seed, each a short
+    document of its own. Distinct real titles, since the self-check samples live writes too
+    (hundreds of near-identical ones, made on a loaded box, left a sampled one out of its own
+    top 10 under int8 vectors)."""
+    titles = [d.title for d in list(cranfield.corpus.values())[SEED:] if d.title.strip()]
+    return [Document("live", f"w{n}", t, t) for n, t in enumerate(dict.fromkeys(titles))]
 
 
 @dataclass
@@ -122,6 +127,7 @@ def change_generation_live(
     main_log, writer_log, worker_log = logs
     ensure_topics(main_log, old_topics)
     seed = [d.to_document("cranfield") for d in list(cranfield.corpus.values())[:SEED]]
+    to_write = live_docs(cranfield)
 
     def append(log_: KafkaLog, docs: list[Document]) -> None:
         keys = [doc_key(TENANT, d.source, d.doc_id) for d in docs]
@@ -161,12 +167,11 @@ def change_generation_live(
     switched = False
 
     def writer() -> None:
-        n = 0
-        while not stop_writes.is_set():
-            d = live_doc(n)
+        for d in to_write:
+            if stop_writes.is_set():
+                break
             append(writer_log, [d])  # returns once Kafka acknowledged
             out.acked.append(d)
-            n += 1
             time.sleep(0.3)  # a steady trickle: the workers never see an idle log
 
     def workers() -> None:
