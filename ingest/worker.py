@@ -1,7 +1,10 @@
 """Ingest workers: consume `docs`, produce `chunks.<generation>`, exactly once.
 
-A worker owns some `docs` partitions (`owned_partitions`: round robin by worker rank, so no
-partition has two workers). For each batch it reads from the group's committed offset,
+A worker owns some `docs` partitions (`owned_partitions`: round robin over the running
+workers, so no partition has two owners once they agree on who runs). It claims each one
+before reading it (`Log.claim` fences the previous owner, whose commits then fail), and a
+worker whose commit is refused as fenced lets that partition go. `assign` moves partitions
+when the workers change. For each batch it reads from the group's committed offset,
 chunks every document, diffs it against the manifest (doc -> chunk ids and content hashes),
 embeds only new or changed chunks, and appends the chunk records (tombstones for removed
 chunks) together with the new `docs` offset in one `append_and_commit`: a worker killed
@@ -17,13 +20,14 @@ and offsets commit atomically, the rebuilt manifest is exactly the committed sta
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from ragindex.config import ChunkingSpec
 from ragindex.filters import superseded
 from ragindex.hashing import shard_for
 from ragindex.ingest.pipeline import chunk_for_embedder, embed_chunks
+from ragindex.log import WriterFenced
 from ragindex.protocols import Embedder, Log
 from ragindex.records import (
     DocKey,
@@ -65,6 +69,16 @@ def owned_partitions(rank: int, workers: int, partitions: int) -> list[int]:
     return [p for p in range(partitions) if p % workers == rank]
 
 
+def assigned_partitions(member: str, running: Iterable[str], partitions: int) -> list[int]:
+    """The `docs` partitions of `member` among the `running` workers (ids): round robin in
+    id order, so every worker that sees the same running set computes the same split, and
+    none for a worker not (or no longer) running."""
+    members = sorted(set(running))
+    if member not in members:
+        return []
+    return owned_partitions(members.index(member), len(members), partitions)
+
+
 Manifest = dict[DocKey, dict[str, str]]  # document -> {chunk id: content hash}
 Versions = dict[DocKey, str | None]  # document -> `updated` of its indexed version
 
@@ -91,6 +105,8 @@ def rebuild_manifest(
     owned = set(partitions)
     manifest: Manifest = {}
     versions: Versions = {}
+    if not owned:
+        return manifest, versions
     for shard in range(topics.shards):
         for record in read_all(log_, topics.chunks, shard):
             tenant, chunk_id = split_chunk_key(record.key)
@@ -128,7 +144,21 @@ class IngestWorker:
         self.chunking = chunking
         self.partitions = list(partitions)
         self.group = group or topics.group
+        for p in self.partitions:
+            log_.claim(self.group, topics.docs, p)
         self.manifest, self.versions = rebuild_manifest(log_, topics, self.partitions)
+
+    def assign(self, partitions: Sequence[int]) -> None:
+        """Own `partitions` from now on: the new ones are claimed first (fencing their previous
+        owner), then the manifest is rebuilt from the chunks topic for the new set."""
+        wanted = sorted(set(partitions))
+        if wanted == sorted(self.partitions):
+            return
+        for p in set(wanted) - set(self.partitions):
+            self.log.claim(self.group, self.topics.docs, p)
+        log.info("ingest partitions %s -> %s", sorted(self.partitions), wanted)
+        self.partitions = wanted
+        self.manifest, self.versions = rebuild_manifest(self.log, self.topics, self.partitions)
 
     def lag(self) -> int:
         """Records of owned partitions not yet consumed: what a read from the committed offset
@@ -148,14 +178,20 @@ class IngestWorker:
     def poll(self, max_records: int = READ_BATCH, timeout_s: float = 0.0) -> int:
         """Process one batch from every owned partition; returns how many docs records."""
         done = 0
-        for p in self.partitions:
+        for p in list(self.partitions):
             start = self.log.committed(self.group, self.topics.docs, p)
             records = self.log.read(
                 self.topics.docs, p, start, max_records=max_records, timeout_s=timeout_s
             )
-            if records:
+            if not records:
+                continue
+            try:
                 self._process(p, records)
-                done += len(records)
+            except WriterFenced as err:  # another worker claimed it: it carries on from there
+                log.warning("letting docs partition %d go: %s", p, err)
+                self.assign([q for q in self.partitions if q != p])
+                continue
+            done += len(records)
         return done
 
     def _process(self, partition: int, records: list[LogRecord]) -> None:

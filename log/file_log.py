@@ -134,6 +134,12 @@ class FileLog:
         self._partition(state, topic, partition)
         return int(state["groups"].get(group, {}).get(_pkey(topic, partition), 0))
 
+    def claim(self, group: str, topic: str, partition: int) -> int:
+        self._partition(self._read_state(), topic, partition)
+        with self._mutex:
+            self._writable()  # one writer process per log: LogLocked while another holds it
+        return self.committed(group, topic, partition)
+
     def read(
         self,
         topic: str,

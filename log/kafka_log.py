@@ -58,6 +58,12 @@ _CALL_GRACE_S = 1.0  # beyond the client's own timeout, before a call counts as 
 _T = TypeVar("_T")
 
 
+def transactional_id(group: str, consumed: Mapping[tuple[str, int], int]) -> str:
+    """The transactional id of `group`'s writes consuming these input partitions: a successor
+    on the same inputs shares it, and fences its predecessor by initialising it."""
+    return f"ragindex.{group}." + ",".join(f"{t}:{p}" for t, p in sorted(consumed))
+
+
 class WriterFenced(RagIndexError):
     """A newer writer with the same transactional id took over: stop, another worker owns it."""
 
@@ -354,9 +360,21 @@ class KafkaLog:
         consumed: Mapping[tuple[str, int], int],
     ) -> list[int]:
         check_consumed(group, consumed)
-        inputs = ",".join(f"{t}:{p}" for t, p in sorted(consumed))
         with self._writing:
-            return self._transact(f"ragindex.{group}.{inputs}", topic, records, group, consumed)
+            return self._transact(
+                transactional_id(group, consumed), topic, records, group, consumed
+            )
+
+    def claim(self, group: str, topic: str, partition: int) -> int:
+        self._check_partition(topic, partition)
+        txid = transactional_id(group, {(topic, partition): 0})
+        with self._writing:
+            stale = self._producers.pop(txid, None)  # this client's own, if it wrote before
+            if stale is not None:
+                with contextlib.suppress(Exception):
+                    stale.flush(0)
+            self._producer(txid)  # init_transactions: the broker fences every earlier writer
+        return self.committed(group, topic, partition)
 
     def _transact(
         self,

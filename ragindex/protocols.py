@@ -126,6 +126,14 @@ class Log(Protocol):
         """The next offset `group` should read from (0 if it never committed)."""
         ...
 
+    def claim(self, group: str, topic: str, partition: int) -> int:
+        """Become the one writer of `group`'s progress on this input partition and return the
+        offset to resume from. Any earlier writer of it is fenced first (Kafka: the input's
+        transactional id is initialised anew; its later `append_and_commit` for the partition
+        fails), so no commit of the earlier writer can land after the offset returned here.
+        The file log has one writer process: claiming takes its writer lock."""
+        ...
+
     def read(
         self,
         topic: str,

@@ -65,15 +65,6 @@ def parse_args(args: dict[str, Any]) -> AppArgs:
     )
 
 
-def ingest_workers(layout_entry: dict[str, Any]) -> int:
-    """How many Ingest replicas consume `docs`: those that always run (fixed count, or the
-    autoscaling minimum); replicas above it accept writes but own no partition."""
-    scaling = layout_entry.get("autoscaling_config")
-    if scaling:
-        return max(1, int(scaling["min_replicas"]))
-    return int(layout_entry.get("num_replicas", 1))
-
-
 def deployment_options(layout_entry: dict[str, Any]) -> dict[str, Any]:
     """`Deployment.options(...)` kwargs for one entry of `deployment_layout`."""
     return {k: v for k, v in layout_entry.items() if k != "name"} | {"name": layout_entry["name"]}
@@ -96,16 +87,13 @@ def build_app(args: dict[str, Any]) -> Application:
         d["name"]: deployment_options(d) for d in deployment_layout(parsed.spec, parsed.runtime)
     }
     where = (data_dir, parsed.name, parsed.namespace)
-    workers = ingest_workers(layout[INGEST])
     if parsed.runtime == "local":
-        ingest = IngestDeployment.options(**layout[INGEST]).bind(spec_json, *where, workers)
+        ingest = IngestDeployment.options(**layout[INGEST]).bind(spec_json, *where)
         return RouterDeployment.options(**layout[ROUTER]).bind(spec_json, *where, "local", ingest)
 
     query_embedder = EmbedderDeployment.options(**layout[QUERY_EMBEDDER]).bind(spec_json)
     ingest_embedder = EmbedderDeployment.options(**layout[INGEST_EMBEDDER]).bind(spec_json)
-    ingest = IngestDeployment.options(**layout[INGEST]).bind(
-        spec_json, *where, workers, ingest_embedder
-    )
+    ingest = IngestDeployment.options(**layout[INGEST]).bind(spec_json, *where, ingest_embedder)
     shards = [
         ShardDeployment.options(**layout[shard_deployment_name(i)]).bind(
             spec_json, *where, i, query_embedder

@@ -2,8 +2,12 @@
 
 `append` validates a batch and appends it to `docs` (the file log has one writer process, so
 every runtime appends here); it returns once the log acknowledged, on its own thread so that
-accepting never waits behind embedding. The worker loop consumes the `docs` partitions this
-replica owns (`owned_partitions` by Serve replica rank) into `chunks.<generation>`.
+accepting never waits behind embedding. The worker loop consumes this replica's share of the
+`docs` partitions into `chunks.<generation>`: every ASSIGN_EVERY_S it asks Serve which Ingest
+replicas run and takes `assigned_partitions` (round robin in replica-id order), claiming the
+ones it gains (fencing their previous owner) and dropping the ones it lost, so autoscaling
+Ingest up or down, or losing a replica, rebalances the partitions within seconds. A replica
+starts with none and takes its share once Serve lists it as running.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,23 +26,25 @@ from ragindex.app.serve.data_plane import (
     ensure_topics,
     open_log,
     plane_topics,
-    replica_rank,
 )
 from ragindex.app.serve.pools import RemoteEmbedder
+from ragindex.app.serve.progress import running_replicas, this_replica
 from ragindex.app.serve.threads import ReplicaThread, limit_threads
 from ragindex.config import RagIndexSpec
 from ragindex.errors import BackendUnavailable, InvalidInput
 from ragindex.ingest.pipeline import as_documents
-from ragindex.ingest.worker import IngestWorker, owned_partitions
+from ragindex.ingest.worker import IngestWorker, assigned_partitions
 from ragindex.models.embedder import load_embedder
 from ragindex.protocols import Embedder
 from ragindex.records import doc_key, encode_document
+from ragindex.serve_config import INGEST
 from ragindex.topics import partition_for_key
 from ragindex.types import ID_PART_RE, Document, validate_tenant
 
 log = logging.getLogger("ragindex.serve")
 
 POLL_TIMEOUT_S = 0.1
+ASSIGN_EVERY_S = 2.0
 RETRY_S = 1.0
 WRITABLE_TIMEOUT_S = 1.5
 
@@ -51,7 +58,6 @@ class Ingest:
         data_dir: str,
         name: str,
         namespace: str,
-        workers: int,
         embedder: DeploymentHandle | None = None,
     ) -> None:
         self.spec = RagIndexSpec.model_validate(spec)
@@ -64,8 +70,8 @@ class Ingest:
         if embedder is not None:
             identity, max_seq = await embedder.describe.remote()
             remote = RemoteEmbedder(embedder, identity, max_seq)
-        partitions = owned_partitions(replica_rank(), workers, self.topics.docs_partitions)
-        self.worker: IngestWorker = await self.worker_thread.run(self._open, remote, partitions)
+        self.worker: IngestWorker = await self.worker_thread.run(self._open, remote, [])
+        self._assigned_at = 0.0
         self._loop = asyncio.get_running_loop().create_task(self._consume_forever())
 
     def _open(self, embedder: Embedder | None, partitions: list[int]) -> IngestWorker:
@@ -78,10 +84,20 @@ class Ingest:
             partitions,
         )
 
+    def _rebalance(self) -> None:
+        """Take this replica's share of the partitions among the running Ingest replicas."""
+        app, me = this_replica()
+        running = running_replicas(app, [INGEST]).get(INGEST, set())
+        self.worker.assign(assigned_partitions(me, running, self.topics.docs_partitions))
+
     async def _consume_forever(self) -> None:
-        """Poll and process; a failed batch (log down) is retried from its committed offset."""
+        """Rebalance now and then; poll and process; a failed batch (log down) is retried from
+        its committed offset."""
         while True:
             try:
+                if time.monotonic() - self._assigned_at >= ASSIGN_EVERY_S:
+                    await self.worker_thread.run(self._rebalance)
+                    self._assigned_at = time.monotonic()
                 done = await self.worker_thread.run(self.worker.poll, 64, 0.0)
                 if not done:
                     await asyncio.sleep(POLL_TIMEOUT_S)

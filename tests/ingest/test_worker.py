@@ -21,11 +21,13 @@ from ragindex.ingest.worker import (
     INGEST_GROUP,
     DataPlaneTopics,
     IngestWorker,
+    assigned_partitions,
     owned_partitions,
     read_all,
 )
 from ragindex.log import FileLog
 from ragindex.log.kafka_log import KafkaLog
+from ragindex.log.kafka_server import KafkaServer
 from ragindex.protocols import Embedder, Log
 from ragindex.records import chunk_header, doc_key, encode_document
 from ragindex.topics import partition_for_key
@@ -79,6 +81,15 @@ def test_owned_partitions_never_share_a_partition() -> None:
     assert owned_partitions(3, 3, 8) == []  # an extra replica accepts writes, consumes nothing
     with pytest.raises(ValueError, match="rank -1"):
         owned_partitions(-1, 3, 8)
+
+
+def test_running_workers_split_the_partitions_the_same_way_wherever_computed() -> None:
+    running = {"b7", "a1", "c3"}
+    shares = [assigned_partitions(m, running, 8) for m in sorted(running)]
+    assert sorted(p for share in shares for p in share) == list(range(8))
+    assert assigned_partitions("a1", ["c3", "a1", "b7"], 8) == shares[0]  # order-free
+    assert assigned_partitions("gone", running, 8) == []  # not (or no longer) running
+    assert assigned_partitions("a1", {"a1"}, 3) == [0, 1, 2]
 
 
 def test_upsert_reingest_and_delete(tmp_path: Path, minilm: Embedder) -> None:
@@ -243,3 +254,41 @@ def test_newer_updated_wins_and_acl_travels_with_every_chunk(
     while again.poll():
         pass
     assert [chunk_header(v).acl for v in live_chunks(log).values()] == [("user:ann",)]
+
+
+@pytest.mark.kafka
+def test_a_partition_taken_over_mid_stream_is_processed_exactly_once(
+    kafka_server: KafkaServer, minilm: Embedder
+) -> None:
+    """Rebalancing: a second worker claims two of the first one's partitions while documents
+    keep coming. The first worker's next commit on them is fenced and it lets them go; the
+    second carries on from the committed offsets. No chunk is produced twice or lost."""
+    name = f"rebal{uuid.uuid4().hex[:8]}"
+    topics = DataPlaneTopics(f"{name}.docs", f"{name}.chunks", docs_partitions=3, shards=2)
+    log = KafkaLog(kafka_server.bootstrap)
+    log.ensure_topic(topics.docs, 3, compacted=True)
+    log.ensure_topic(topics.chunks, 2, compacted=True)
+    first_batch = [doc(i, f"first passage {i}. " * 30) for i in range(9)]
+    second_batch = [doc(i, f"second passage {i}. " * 30) for i in range(9, 18)]
+    put(log, "acme", first_batch, topics)
+    first = IngestWorker(KafkaLog(kafka_server.bootstrap), topics, minilm, ChunkingSpec(), range(3))
+    first.poll(max_records=2)  # part of the first batch, on every partition
+    put(log, "acme", second_batch, topics)
+    moved = [1, 2]
+    second = IngestWorker(KafkaLog(kafka_server.bootstrap), topics, minilm, ChunkingSpec(), moved)
+    while first.poll(max_records=2):
+        pass
+    assert first.partitions == [0]  # fenced on 1 and 2, it let them go
+    while second.poll(max_records=2):
+        pass
+    assert first.lag() == 0 and second.lag() == 0
+    counts = Counter(k for k, _ in chunk_records(log, topics))
+    assert set(counts.values()) == {1}, "a chunk was produced twice"
+    want = {
+        f"acme/{c.chunk_id}".encode()
+        for d in first_batch + second_batch
+        for c in chunk_for_embedder(minilm, ChunkingSpec(), "acme", d)
+    }
+    assert set(live_chunks(log, topics)) == want
+    for client in (log, first.log, second.log):
+        client.close()

@@ -161,6 +161,18 @@ class LogContract:
         assert log.committed("others", source, 1) == 0  # offsets are per group
         assert [r.offset for r in read_all(log, sink, 0)] == offsets
 
+    def test_claim_resumes_from_the_committed_offset(self, log: Log, topic: str) -> None:
+        source, sink = f"{topic}.in", f"{topic}.out"
+        log.ensure_topic(source, 2, compacted=True)
+        log.ensure_topic(sink, 1, compacted=True)
+        assert log.claim("workers", source, 0) == 0
+        log.append_and_commit(sink, [(0, b"x", b"1")], group="workers", consumed={(source, 0): 5})
+        assert log.claim("workers", source, 0) == 5  # claiming again is harmless
+        log.append_and_commit(sink, [(0, b"y", b"2")], group="workers", consumed={(source, 0): 6})
+        assert log.committed("workers", source, 0) == 6
+        with pytest.raises(InvalidInput, match="out of range"):
+            log.claim("workers", source, 2)
+
     def test_failed_append_and_commit_leaves_neither(
         self,
         log: Log,

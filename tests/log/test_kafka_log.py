@@ -98,6 +98,33 @@ def test_a_restarted_worker_fences_its_zombie(kafka_server: KafkaServer) -> None
         client.close()
 
 
+def test_a_claim_fences_the_previous_writer_before_it_reads(kafka_server: KafkaServer) -> None:
+    """A worker taking a partition over claims it first: the old owner's commit in flight
+    fails, so nothing it does lands after the offset the new owner resumes from."""
+    log = _kafka_log(kafka_server)
+    log.ensure_topic("claim.in", 2, compacted=True)
+    log.ensure_topic("claim.out", 1, compacted=True)
+    old_owner, new_owner = _kafka_log(kafka_server), _kafka_log(kafka_server)
+    old_owner.append_and_commit(
+        "claim.out", [(0, b"a", b"1")], group="w", consumed={("claim.in", 0): 1}
+    )
+    assert new_owner.claim("w", "claim.in", 0) == 1
+    with pytest.raises(WriterFenced, match="newer writer"):
+        old_owner.append_and_commit(
+            "claim.out", [(0, b"z", b"late")], group="w", consumed={("claim.in", 0): 2}
+        )
+    old_owner.append_and_commit(  # its other partition is still its own
+        "claim.out", [(0, b"b", b"2")], group="w", consumed={("claim.in", 1): 1}
+    )
+    new_owner.append_and_commit(
+        "claim.out", [(0, b"c", b"3")], group="w", consumed={("claim.in", 0): 2}
+    )
+    assert log.committed("w", "claim.in", 0) == 2
+    assert [r.key for r in read_all(log, "claim.out", 0)] == [b"a", b"b", b"c"]
+    for client in (log, old_owner, new_owner):
+        client.close()
+
+
 def test_broker_down_is_unavailable_quickly_and_writes_resume(kafka_server: KafkaServer) -> None:
     log = _kafka_log(kafka_server, timeout_s=3.0)
     log.ensure_topic("outage", 1, compacted=False)
