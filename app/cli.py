@@ -310,6 +310,12 @@ def build_parser() -> argparse.ArgumentParser:
     b = bench.add_parser("backfill", help="generation backfill documents/s vs the raw embedder")
     b.add_argument("--docs", type=int, default=500, help="Cranfield documents to replay")
     b.add_argument("--spec", type=Path, help="RagIndex spec YAML (the embedder, chunking)")
+    b.add_argument(
+        "--ray-data-actors",
+        type=int,
+        default=0,
+        help="also run the backfill as a Ray Data job over this many embedder actors (0: not)",
+    )
     b.add_argument("--json", type=Path)
     b.add_argument("--check", action="store_true", help=CHECK_HELP)
     b.set_defaults(run=_lazy("ragindex.app.bench_backfill", "bench_backfill_command"))
