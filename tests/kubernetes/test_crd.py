@@ -190,7 +190,12 @@ def test_empty_spec_is_defaulted_exactly_like_pydantic(kube_cluster, kube_namesp
 @pytest.mark.kubernetes
 def test_full_spec_is_accepted_and_printed(kube_cluster, kube_namespace) -> None:
     spec = {
-        "embedder": {"model": "all-MiniLM-L6-v2", "gpus": 0.5, "queryPrefix": "query: "},
+        "embedder": {
+            "model": "all-MiniLM-L6-v2",
+            "backend": "sentence-transformers",
+            "gpus": 0.5,
+            "queryPrefix": "query: ",
+        },
         "reranker": {"enabled": True, "model": "/models/ce", "topN": 20},
         "dense": {"shards": 4, "hnsw": {"efSearch": 64}},
         "lexical": {"backend": "elasticsearch", "elasticsearchUrl": "http://es:9200"},
