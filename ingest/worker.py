@@ -150,15 +150,26 @@ class IngestWorker:
 
     def assign(self, partitions: Sequence[int]) -> None:
         """Own `partitions` from now on: the new ones are claimed first (fencing their previous
-        owner), then the manifest is rebuilt from the chunks topic for the new set."""
+        owner) and only their manifest is read from the chunks topic; the lost ones' entries
+        are dropped."""
         wanted = sorted(set(partitions))
         if wanted == sorted(self.partitions):
             return
-        for p in set(wanted) - set(self.partitions):
+        gained = sorted(set(wanted) - set(self.partitions))
+        for p in gained:
             self.log.claim(self.group, self.topics.docs, p)
         log.info("ingest partitions %s -> %s", sorted(self.partitions), wanted)
+        kept = set(wanted)
+        for doc in [d for d in self.manifest if self._docs_partition(d) not in kept]:
+            del self.manifest[doc]
+            self.versions.pop(doc, None)
+        manifest, versions = rebuild_manifest(self.log, self.topics, gained)
+        self.manifest.update(manifest)
+        self.versions.update(versions)
         self.partitions = wanted
-        self.manifest, self.versions = rebuild_manifest(self.log, self.topics, self.partitions)
+
+    def _docs_partition(self, doc: DocKey) -> int:
+        return partition_for_key(doc.encode(), self.topics.docs_partitions)
 
     def lag(self) -> int:
         """Records of owned partitions not yet consumed: what a read from the committed offset

@@ -369,10 +369,7 @@ class KafkaLog:
         self._check_partition(topic, partition)
         txid = transactional_id(group, {(topic, partition): 0})
         with self._writing:
-            stale = self._producers.pop(txid, None)  # this client's own, if it wrote before
-            if stale is not None:
-                with contextlib.suppress(Exception):
-                    stale.flush(0)
+            self._producers.pop(txid, None)  # this client's own, if it wrote before: replaced
             self._producer(txid)  # init_transactions: the broker fences every earlier writer
         return self.committed(group, topic, partition)
 

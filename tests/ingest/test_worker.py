@@ -24,6 +24,7 @@ from ragindex.ingest.worker import (
     assigned_partitions,
     owned_partitions,
     read_all,
+    rebuild_manifest,
 )
 from ragindex.log import FileLog
 from ragindex.log.kafka_log import KafkaLog
@@ -279,6 +280,7 @@ def test_a_partition_taken_over_mid_stream_is_processed_exactly_once(
     while first.poll(max_records=2):
         pass
     assert first.partitions == [0]  # fenced on 1 and 2, it let them go
+    assert first.manifest == rebuild_manifest(log, topics, [0])[0]  # and their entries
     while second.poll(max_records=2):
         pass
     assert first.lag() == 0 and second.lag() == 0
