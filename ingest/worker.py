@@ -23,6 +23,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from ragindex.config import ChunkingSpec
@@ -48,6 +49,7 @@ log = logging.getLogger("ragindex.ingest")
 INGEST_GROUP = "ingest"
 LAG_LIMIT = 10_000  # lag() counts up to this many records per partition
 READ_BATCH = 64  # docs per partition and transaction: small enough that a crash redoes little
+COMMIT_THREADS = 8  # partitions committed side by side
 TRACES = 256  # the latest batches' timings a worker keeps (BatchTrace)
 
 
@@ -174,6 +176,7 @@ class IngestWorker:
         self.group = group or topics.group
         self.traces: deque[BatchTrace] = deque(maxlen=TRACES)
         self._next: dict[int, int] = {}  # partition -> the offset this worker reads next
+        self._committer = ThreadPoolExecutor(COMMIT_THREADS, thread_name_prefix="ingest-commit")
         for p in self.partitions:
             log_.claim(self.group, topics.docs, p)
         self.manifest, self.versions = rebuild_manifest(log_, topics, self.partitions)
@@ -243,21 +246,24 @@ class IngestWorker:
         planned_at = time.time()
         vectors = embed_chunks(self.embedder, upserts)  # only new or changed chunks
         embedded_at = time.time()
-        done = 0
+        jobs: list[tuple[int, list[LogRecord], _Plan, Vectors]] = []
         first = 0
         for p, records, plan in plans:
-            last = first + len(plan.upserts)
-            try:
-                self._commit(p, records, plan, vectors[first:last])
-            except WriterFenced as err:  # another worker claimed it: it carries on from there
-                log.warning("letting docs partition %d go: %s", p, err)
-                self.assign([q for q in self.partitions if q != p])
-            except BaseException:
-                self._next.clear()  # unknown what landed: read the committed offsets again
-                raise
-            else:
+            jobs.append((p, records, plan, vectors[first : first + len(plan.upserts)]))
+            first += len(plan.upserts)
+        # Side by side: on Kafka each partition's transaction waits on the broker.
+        outcomes = list(self._committer.map(self._try_commit, jobs))
+        done = 0
+        for (p, records, _, _), error in zip(jobs, outcomes, strict=True):
+            if error is None:
                 done += len(records)
-            first = last
+            elif isinstance(error, WriterFenced):  # another worker claimed it: it carries on
+                log.warning("letting docs partition %d go: %s", p, error)
+                self.assign([q for q in self.partitions if q != p])
+        failed = [e for e in outcomes if e is not None and not isinstance(e, WriterFenced)]
+        if failed:
+            self._next.clear()  # unknown what landed: read the committed offsets again
+            raise failed[0]
         self.traces.append(
             BatchTrace(
                 partitions=tuple(p for p, _ in batches),
@@ -308,6 +314,13 @@ class IngestWorker:
         plan.upserts = [c for c in final.values() if c is not None]
         plan.tombstones = [key for key, c in final.items() if c is None]
         return plan
+
+    def _try_commit(self, job: tuple[int, list[LogRecord], _Plan, Vectors]) -> BaseException | None:
+        try:
+            self._commit(*job)
+        except Exception as err:  # handed back: the poll decides after every partition's
+            return err
+        return None
 
     def _commit(
         self, partition: int, records: list[LogRecord], plan: _Plan, vectors: Vectors
