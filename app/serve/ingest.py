@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -33,11 +34,12 @@ from ragindex.app.serve.data_plane import (
 from ragindex.app.serve.pools import RemoteEmbedder
 from ragindex.app.serve.progress import running_replicas, this_replica
 from ragindex.app.serve.threads import ReplicaThread, limit_threads
-from ragindex.config import RagIndexSpec
+from ragindex.config import ONNX_BACKENDS, RagIndexSpec
 from ragindex.errors import BackendUnavailable, InvalidInput
 from ragindex.ingest.pipeline import as_documents
 from ragindex.ingest.worker import READ_BATCH, IngestWorker, assigned_partitions
-from ragindex.models.embedder import load_embedder
+from ragindex.models.embedder import load_embedder, resolve_model_path
+from ragindex.models.onnx_embedder import TokenCounter
 from ragindex.protocols import Embedder
 from ragindex.records import doc_key, encode_document
 from ragindex.serve_config import INGEST
@@ -51,6 +53,14 @@ RECHECK_S = 0.1  # wait_processed checks the log at least this often
 ASSIGN_EVERY_S = 2.0
 RETRY_S = 1.0
 WRITABLE_TIMEOUT_S = 1.5
+
+
+def local_token_counter(spec: RagIndexSpec) -> Callable[[str], int] | None:
+    """The pool's own token count, computed in this replica, for the ONNX backends (their
+    count is the tokenizer.json alone); None for the others, which count in the pool."""
+    if spec.embedder.backend not in ONNX_BACKENDS:
+        return None
+    return TokenCounter(resolve_model_path(spec.embedder.model))
 
 
 class Ingest:
@@ -73,7 +83,7 @@ class Ingest:
         remote: Embedder | None = None
         if embedder is not None:
             identity, max_seq = await embedder.describe.remote()
-            remote = RemoteEmbedder(embedder, identity, max_seq)
+            remote = RemoteEmbedder(embedder, identity, max_seq, local_token_counter(self.spec))
         self.worker: IngestWorker = await self.worker_thread.run(self._open, remote, [])
         self._assigned_at = 0.0
         self._appended = asyncio.Event()  # set by append: wakes the worker loop
