@@ -18,7 +18,10 @@ on a noisy machine (ratios and differences from one run are the figures to trust
   `snapshot_published_s` after the app was ready), the chunks after them, and a replay of every
   chunk into its BM25 view; `bootstrap_snapshot_offsets` says where each shard's replay began
   (0: no snapshot was loaded, every chunk replayed);
-- ingest throughput through the API vs the raw embedder on the same passages;
+- ingest throughput through the API vs the raw embedder on the same passages, with where its
+  time went (`ingest_timeline`: each POST's answer, each worker batch's read, chunk, embed and
+  commit, the wait's answer) and the CPU per document of every runtime process during it
+  (`ingest_cpu_ms_per_doc`, beside `idle_cpu_ms_per_s`, the same processes at rest);
 - saturation throughput (closed-loop clients ramp; the queries/s at which p99 passes 40 ms)
   with 1 and then 2 Router replicas, and the RSS of the runtime's processes at rest and under
   load (bench_load).
