@@ -181,13 +181,12 @@ class QueryEngine:
             else:
                 legs["lexical"] = [h.chunk_id for h in lexical.hits]
 
+        pool_size = self.reranker_spec.top_n if use_rerank else k
         with _timed(timings, "fusion"):
             weights = {"dense": self.fusion.dense_weight, "lexical": self.fusion.lexical_weight}
             if len(legs) == 1:  # one leg alone keeps its own order, whatever its weight
                 weights = {}
-            fused = reciprocal_rank_fusion(legs, k=self.fusion.rrf_k, weights=weights)
-        pool_size = self.reranker_spec.top_n if use_rerank else k
-        pool = fused[:pool_size]
+            pool = reciprocal_rank_fusion(legs, k=self.fusion.rrf_k, weights=weights, top=pool_size)
         with _timed(timings, "fetch"):
             found = self.chunks.get_chunks(tenant_id, [f.chunk_id for f in pool])
         # A chunk deleted, or re-written with another ACL or metadata, between the leg search
