@@ -359,6 +359,19 @@ class RagIndexOperator:
         self, namespace: str, name: str, spec: RagIndexSpec, status: Any, generation: int
     ) -> dict[str, Any]:
         target = index_generation(spec)
+        active = (status or {}).get("activeGeneration")
+        if active not in (None, target):
+            # One Serve app, redeployed in place: its new replicas would answer from an empty
+            # generation while it backfills. Refuse, and keep the serving one untouched.
+            raise Refused(
+                "GenerationChangeUnsupported",
+                [
+                    f"the spec moves generation {active} to {target} (embedder, dense layout"
+                    " or chunking changed), which the local runtime cannot backfill beside the"
+                    " serving one: revert those fields, rebuild on one machine with"
+                    " `ragindex reindex`, or use the cluster runtime"
+                ],
+            )
         config = local_runtime.render_local(
             namespace,
             name,
@@ -380,7 +393,8 @@ class RagIndexOperator:
         reconciled: bool,
     ) -> dict[str, Any]:
         # Serve's own rolling update keeps old replicas until new ones are healthy, so the
-        # local runtime redeploys one application in place; the generation names its data.
+        # local runtime redeploys one application in place for changes inside a generation;
+        # the generation names its data (a generation change is refused, see above).
         target = index_generation(spec)
         app = local_runtime.app_name(namespace, name)
         serving = local_runtime.serve_app_verdict(await self.serve.details(), app)

@@ -7,7 +7,7 @@ to delete. Everything here is a function of data, so the layout is tested withou
 Index generation (`ragindex.generations.index_generation`): a short hash of the fields that
 need a rebuild (embedder identity, dense layout, chunking). Vectors of two models never mix
 (DESIGN.md invariant 2), so a new generation means a new RayService (and its own
-`chunks` topic) beside the old ones; the stable Service keeps pointing at the
+`chunks` and `snapshots` topics) beside the old ones; the stable Service keeps pointing at the
 active generation until the new one reports ready, which is the alias swap
 at the network level.
 
@@ -44,7 +44,7 @@ from ragindex.serve_config import (
     render_serve_config,
     to_yaml,
 )
-from ragindex.topics import chunks_topic, docs_topic
+from ragindex.topics import chunks_topic, docs_topic, snapshots_topic
 
 FIELD_MANAGER = "ragindex-operator"
 LABEL_INDEX = f"{GROUP}/index"
@@ -647,15 +647,34 @@ def render_managed_log(
             },
         },
     ]
+    compacted = {
+        "cleanup.policy": "compact",
+        "min.insync.replicas": log.min_insync_replicas,
+        "delete.retention.ms": log.tombstone_retention_hours * 3_600_000,
+    }
+    # Snapshots are not keyed: each publisher deletes the records behind its newest snapshot,
+    # so the topic keeps everything until then (what KafkaLog.ensure_topic creates too).
+    kept_until_truncated = {
+        "cleanup.policy": "delete",
+        "retention.ms": -1,
+        "min.insync.replicas": log.min_insync_replicas,
+    }
     topics = [
-        (f"{name}-docs", docs_topic(namespace, name), log.docs_partitions),
+        (f"{name}-docs", docs_topic(namespace, name), log.docs_partitions, compacted),
         (
             f"{name}-chunks-{generation}",
             chunks_topic(namespace, name, generation),
             spec.dense.shards,
+            compacted,
+        ),
+        (
+            f"{name}-snapshots-{generation}",
+            snapshots_topic(namespace, name, generation),
+            spec.dense.shards,
+            kept_until_truncated,
         ),
     ]
-    for object_name, topic, partitions in topics:
+    for object_name, topic, partitions, config in topics:
         objects.append(
             {
                 "apiVersion": KAFKA_TOPIC[0],
@@ -665,11 +684,7 @@ def render_managed_log(
                     "topicName": topic,
                     "partitions": partitions,
                     "replicas": log.replication_factor,
-                    "config": {
-                        "cleanup.policy": "compact",
-                        "min.insync.replicas": log.min_insync_replicas,
-                        "delete.retention.ms": log.tombstone_retention_hours * 3_600_000,
-                    },
+                    "config": config,
                 },
             }
         )

@@ -19,6 +19,7 @@ def reciprocal_rank_fusion(
     legs: Mapping[str, Sequence[str]],
     k: int = DEFAULT_RRF_K,
     weights: Mapping[str, float] | None = None,
+    top: int | None = None,
 ) -> list[Fused]:
     """Fuse ranked id lists: score = sum over legs of weight / (k + rank), ranks 1-based.
 
@@ -26,10 +27,13 @@ def reciprocal_rank_fusion(
     are ignored); a leg of weight 0 is left out entirely. Weights scale a leg's rank
     contribution only, so scores are still never added across legs. Ties are broken by the
     best single rank, then by id, so the output is deterministic. A leg that lists an id
-    twice counts its first (best) rank only.
+    twice counts its first (best) rank only. `top`: only the first `top` fused ids (None:
+    all of them).
     """
     if k < 0:
         raise ValueError("k must be >= 0")
+    if top is not None and top < 0:
+        raise ValueError(f"top must be >= 0, got {top}")
     weight_of = dict(weights or {})
     if any(w < 0 for w in weight_of.values()):
         raise ValueError(f"weights must be >= 0, got {weight_of}")
@@ -39,13 +43,13 @@ def reciprocal_rank_fusion(
             continue
         for position, cid in enumerate(ids, start=1):
             ranks.setdefault(cid, {}).setdefault(leg, position)
-    fused = [
-        Fused(
+    # sorted as (-score, best single rank, id) tuples; only the `top` kept become Fused
+    order = sorted(
+        (
+            -sum(weight_of.get(leg, 1.0) / (k + r) for leg, r in leg_ranks.items()),
+            min(leg_ranks.values()),
             cid,
-            sum(weight_of.get(leg, 1.0) / (k + r) for leg, r in leg_ranks.items()),
-            leg_ranks,
         )
         for cid, leg_ranks in ranks.items()
-    ]
-    fused.sort(key=lambda f: (-f.score, min(f.ranks.values()), f.chunk_id))
-    return fused
+    )
+    return [Fused(cid, -neg, ranks[cid]) for neg, _, cid in order[:top]]

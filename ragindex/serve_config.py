@@ -77,10 +77,9 @@ def _deployment(
 
 
 def ingest_scaling(spec: RagIndexSpec) -> AutoscalingSpec:
-    """Ingest's autoscaling, capped at one replica per `docs` partition. Partitions go to
-    workers by Serve replica rank, not by a consumer-group rebalance: the `min_replicas` that
-    always run are the workers (rank r of n consumes the partitions p % n == r, so no partition
-    has two), and replicas the autoscaler adds above them accept writes but consume nothing."""
+    """Ingest's autoscaling, capped at one replica per `docs` partition: every running replica
+    takes its round-robin share of the partitions (`ingest.worker.assigned_partitions`, in
+    replica-id order), so a replica beyond the partition count would own none."""
     scaling = spec.scaling.ingest
     most = spec.log.docs_partitions
     return scaling.model_copy(

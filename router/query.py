@@ -3,12 +3,19 @@
 Every component is injected (Haystack style), so the same class runs inside a Serve Router
 replica (with co-located shards, or with handles to remote ones) and in the CLI's in-process
 engine, which is the latency floor the HTTP path is compared against.
+
+The BM25 leg does not need the query vector: given an executor (`leg_executor`), a hybrid
+search runs it there while the calling thread embeds the query and searches the dense leg
+(FAISS, tantivy and ONNX Runtime release the GIL). Each leg's stages keep their own timings;
+`legs_wall` is the wall time of the two overlapped legs, which is what they add to a search.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Executor, Future
+from concurrent.futures import wait as wait_for
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
@@ -26,6 +33,10 @@ Mode = Literal["hybrid", "dense", "lexical"]
 MODES: tuple[str, ...] = ("hybrid", "dense", "lexical")
 MAX_QUERY_CHARS = 4096
 MAX_K = 100
+# The stages that a hybrid search with a `leg_executor` runs side by side; `legs_wall`
+# replaces their sum in the search's own time (`engine_ms`).
+LEG_STAGES = ("embed", "dense", "rocchio", "lexical")
+LEGS_WALL = "legs_wall"
 
 
 class ChunkLookup(Protocol):
@@ -51,6 +62,24 @@ class SearchResult:
     hits: list[Hit]
     timings_ms: dict[str, float] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+
+
+def engine_ms(timings_ms: dict[str, float]) -> float:
+    """The wall time of the engine's stages: their sum, with overlapped legs counted once."""
+    if LEGS_WALL not in timings_ms:
+        return sum(timings_ms.values())
+    return timings_ms[LEGS_WALL] + sum(
+        ms for stage, ms in timings_ms.items() if stage not in LEG_STAGES and stage != LEGS_WALL
+    )
+
+
+@dataclass(frozen=True)
+class _LexicalOutcome:
+    """The BM25 leg's hits, or the BackendUnavailable it raised, and how long it took."""
+
+    hits: list[ScoredId]
+    unavailable: BackendUnavailable | None
+    ms: float
 
 
 def validate_search(query: object, k: object, mode: object) -> tuple[str, int, Mode]:
@@ -81,7 +110,11 @@ class QueryEngine:
         reranker: Reranker | None = None,
         reranker_spec: RerankerSpec | None = None,
         rocchio: RocchioSpec | None = None,
+        leg_executor: Executor | None = None,
     ) -> None:
+        """`leg_executor`: where a hybrid search runs its BM25 leg while the calling thread runs the
+        dense leg; None runs them one after the other. Its tasks never wait on each other."""
+        self.leg_executor = leg_executor
         self.embedder = embedder
         self.dense = dense
         self.lexical = lexical
@@ -116,36 +149,44 @@ class QueryEngine:
         access = access or Access()
         expr = access.expression()
 
+        lexical_job: Future[_LexicalOutcome] | None = None
+        overlapped_since = time.perf_counter()
+        if checked_mode == "hybrid" and self.leg_executor is not None:
+            lexical_job = self.leg_executor.submit(
+                self._lexical_leg, query, candidates, tenant_id, expr
+            )
         if checked_mode in ("hybrid", "dense"):
-            with _timed(timings, "embed"):
-                vector = self.embedder.embed_queries([query])
-            with _timed(timings, "dense"):
-                dense_hits = self.dense.search(
-                    vector, candidates, tenant_id, self.embedder.identity, expr
-                )
-            if self.rocchio.enabled and dense_hits:
-                with _timed(timings, "rocchio"):
-                    dense_hits = self._rocchio_search(
-                        tenant_id, vector, dense_hits, candidates, expr
-                    )
-            legs["dense"] = [h.chunk_id for h in dense_hits]
-        if checked_mode in ("hybrid", "lexical"):
             try:
-                with _timed(timings, "lexical"):
-                    lexical_hits = self.lexical.search(query, candidates, tenant_id, expr)
-                legs["lexical"] = [h.chunk_id for h in lexical_hits]
-            except BackendUnavailable as err:
+                legs["dense"] = self._dense_leg(tenant_id, query, candidates, expr, timings)
+            except BaseException:
+                if lexical_job is not None:  # no BM25 search outlives the one that asked it
+                    wait_for([lexical_job])
+                raise
+        if checked_mode in ("hybrid", "lexical"):
+            wall_ms: float | None = None
+            if lexical_job is not None:
+                lexical = lexical_job.result()
+                wall_ms = _ms_since(overlapped_since)
+            else:
+                lexical = self._lexical_leg(query, candidates, tenant_id, expr)
+            timings["lexical"] = lexical.ms
+            if wall_ms is not None:
+                timings[LEGS_WALL] = wall_ms
+            if lexical.unavailable is not None:
                 if checked_mode == "lexical" or self.lexical_spec.on_unavailable == "error":
-                    raise
-                result.warnings.append(f"lexical leg unavailable, dense-only result: {err}")
+                    raise lexical.unavailable
+                result.warnings.append(
+                    f"lexical leg unavailable, dense-only result: {lexical.unavailable}"
+                )
+            else:
+                legs["lexical"] = [h.chunk_id for h in lexical.hits]
 
+        pool_size = self.reranker_spec.top_n if use_rerank else k
         with _timed(timings, "fusion"):
             weights = {"dense": self.fusion.dense_weight, "lexical": self.fusion.lexical_weight}
             if len(legs) == 1:  # one leg alone keeps its own order, whatever its weight
                 weights = {}
-            fused = reciprocal_rank_fusion(legs, k=self.fusion.rrf_k, weights=weights)
-        pool_size = self.reranker_spec.top_n if use_rerank else k
-        pool = fused[:pool_size]
+            pool = reciprocal_rank_fusion(legs, k=self.fusion.rrf_k, weights=weights, top=pool_size)
         with _timed(timings, "fetch"):
             found = self.chunks.get_chunks(tenant_id, [f.chunk_id for f in pool])
         # A chunk deleted, or re-written with another ACL or metadata, between the leg search
@@ -165,6 +206,38 @@ class QueryEngine:
             hits.sort(key=lambda h: -h.score)
         result.hits = hits[:k]
         return result
+
+    def _dense_leg(
+        self,
+        tenant_id: str,
+        query: str,
+        candidates: int,
+        expr: TermExpr | None,
+        timings: dict[str, float],
+    ) -> list[str]:
+        """Embed the query and search the dense leg (and Rocchio's second search)."""
+        with _timed(timings, "embed"):
+            vector = self.embedder.embed_queries([query])
+        with _timed(timings, "dense"):
+            dense_hits = self.dense.search(
+                vector, candidates, tenant_id, self.embedder.identity, expr
+            )
+        if self.rocchio.enabled and dense_hits:
+            with _timed(timings, "rocchio"):
+                dense_hits = self._rocchio_search(tenant_id, vector, dense_hits, candidates, expr)
+        return [h.chunk_id for h in dense_hits]
+
+    def _lexical_leg(
+        self, query: str, candidates: int, tenant_id: str, expr: TermExpr | None
+    ) -> _LexicalOutcome:
+        """Search the BM25 leg; BackendUnavailable is returned for the caller to decide on
+        (dense-only or an error), anything else raises."""
+        start = time.perf_counter()
+        try:
+            hits = self.lexical.search(query, candidates, tenant_id, expr)
+        except BackendUnavailable as err:
+            return _LexicalOutcome([], err, _ms_since(start))
+        return _LexicalOutcome(hits, None, _ms_since(start))
 
     def _rocchio_search(
         self,
@@ -189,10 +262,14 @@ class QueryEngine:
         return self.dense.search(moved, candidates, tenant_id, self.embedder.identity, expr)
 
 
+def _ms_since(start: float) -> float:
+    return round((time.perf_counter() - start) * 1000, 3)
+
+
 @contextmanager
 def _timed(timings: dict[str, float], stage: str) -> Iterator[None]:
     start = time.perf_counter()
     try:
         yield
     finally:
-        timings[stage] = round((time.perf_counter() - start) * 1000, 3)
+        timings[stage] = _ms_since(start)

@@ -93,7 +93,9 @@ def build_app(args: dict[str, Any]) -> Application:
 
     query_embedder = EmbedderDeployment.options(**layout[QUERY_EMBEDDER]).bind(spec_json)
     ingest_embedder = EmbedderDeployment.options(**layout[INGEST_EMBEDDER]).bind(spec_json)
-    ingest = IngestDeployment.options(**layout[INGEST]).bind(spec_json, *where, ingest_embedder)
+    ingest = IngestDeployment.options(**layout[INGEST]).bind(
+        spec_json, *where, ingest_embedder, report_partitions=True
+    )
     shards = [
         ShardDeployment.options(**layout[shard_deployment_name(i)]).bind(
             spec_json, *where, i, query_embedder

@@ -7,7 +7,9 @@ accepting never waits behind embedding. The worker loop consumes this replica's 
 replicas run and takes `assigned_partitions` (round robin in replica-id order), claiming the
 ones it gains (fencing their previous owner) and dropping the ones it lost, so autoscaling
 Ingest up or down, or losing a replica, rebalances the partitions within seconds. A replica
-starts with none and takes its share once Serve lists it as running.
+starts with none and takes its share once Serve lists it as running. In the cluster runtime each
+replica reports the partitions it owns, with their committed offsets, to the progress registry
+(view "Ingest"), so who consumes what is visible from outside.
 """
 
 from __future__ import annotations
@@ -28,10 +30,11 @@ from ragindex.app.serve.data_plane import (
     plane_topics,
 )
 from ragindex.app.serve.pools import RemoteEmbedder
-from ragindex.app.serve.progress import running_replicas, this_replica
+from ragindex.app.serve.progress import ProgressReporter, running_replicas, this_replica
 from ragindex.app.serve.threads import ReplicaThread, limit_threads, release_free_heap
 from ragindex.config import RagIndexSpec
 from ragindex.errors import BackendUnavailable, InvalidInput
+from ragindex.generations import index_generation
 from ragindex.ingest.pipeline import as_documents
 from ragindex.ingest.worker import IngestWorker, assigned_partitions
 from ragindex.models.embedder import load_embedder
@@ -59,8 +62,14 @@ class Ingest:
         name: str,
         namespace: str,
         embedder: DeploymentHandle | None = None,
+        report_partitions: bool = False,
     ) -> None:
+        """`report_partitions`: report the owned partitions to the progress registry (the
+        cluster runtime's; the embedded runtime runs no registry actor)."""
         self.spec = RagIndexSpec.model_validate(spec)
+        self.reporter = (
+            ProgressReporter(INGEST, index_generation(self.spec)) if report_partitions else None
+        )
         self.topics = plane_topics(self.spec, name, namespace)
         self.log = open_log(Path(data_dir))
         self.accepting = ReplicaThread("ingest-append")
@@ -94,6 +103,13 @@ class Ingest:
         self.worker.assign(assigned_partitions(me, running, self.topics.docs_partitions))
         if self.worker.partitions != before:
             release_free_heap()
+        if self.reporter is not None:
+            self.reporter.report(
+                {
+                    p: self.log.committed(self.topics.group, self.topics.docs, p)
+                    for p in self.worker.partitions
+                }
+            )
 
     async def _consume_forever(self) -> None:
         """Rebalance now and then; poll and process; a failed batch (log down) is retried from

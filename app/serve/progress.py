@@ -7,6 +7,8 @@ catch-up (`ProgressReporter`: when its offsets change, and at least every REPORT
 heartbeat), under its Serve replica id. The Router's `?wait=true` reads the reports and asks
 Serve how many replicas each view runs. A registry lost with its node is made again by the
 next reports, and is full again within REPORT_EVERY_S; until then a wait keeps waiting.
+Ingest replicas report here too (view "Ingest": the `docs` partitions each owns, with their
+committed offsets), which no wait reads: it shows from outside who consumes what.
 """
 
 from __future__ import annotations

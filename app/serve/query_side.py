@@ -15,6 +15,8 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import Executor, ThreadPoolExecutor
+from concurrent.futures import wait as wait_for
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -81,6 +83,10 @@ def by_shard(tenant_id: str, chunk_ids: Sequence[str], shards: int) -> dict[int,
     return groups
 
 
+# Threads that run a search's BM25 leg and its other dense shards beside the searching thread
+# (the Router runs 4 searches at a time; the tasks never wait on each other, so a busy pool
+# only queues them).
+LEG_THREADS = 4
 REGISTRY_S = 2.0  # one poll of the progress registry; the wait polls again until its timeout
 
 
@@ -97,9 +103,17 @@ class _ReadOnlyDense:
 class ReplicaDenseIndex(_ReadOnlyDense):
     """The dense leg and chunk lookup over this process's replicas of every shard."""
 
-    def __init__(self, replicas: list[LogShardReplica], identity: ModelIdentity) -> None:
+    def __init__(
+        self,
+        replicas: list[LogShardReplica],
+        identity: ModelIdentity,
+        shard_executor: Executor | None = None,
+    ) -> None:
+        """`shard_executor`: where every shard but the first is searched while the calling
+        thread searches the first (FAISS releases the GIL); None searches them in turn."""
         self.replicas = replicas
         self.identity = identity
+        self.shard_executor = shard_executor
 
     def search(
         self,
@@ -109,10 +123,21 @@ class ReplicaDenseIndex(_ReadOnlyDense):
         identity: ModelIdentity,
         access: TermExpr | None = None,
     ) -> list[ScoredId]:
-        return merge_by_score(
-            [r.search(query_vector, top_k, tenant_id, identity, access) for r in self.replicas],
-            top_k,
-        )
+        first, *others = self.replicas
+        if self.shard_executor is None or not others:
+            results = [
+                r.search(query_vector, top_k, tenant_id, identity, access) for r in self.replicas
+            ]
+            return merge_by_score(results, top_k)
+        jobs = [
+            self.shard_executor.submit(r.search, query_vector, top_k, tenant_id, identity, access)
+            for r in others
+        ]
+        try:
+            results = [first.search(query_vector, top_k, tenant_id, identity, access)]
+        finally:
+            wait_for(jobs)  # no shard search outlives the one that asked it
+        return merge_by_score(results + [j.result() for j in jobs], top_k)
 
     def get_chunks(self, tenant_id: str, chunk_ids: Sequence[str]) -> dict[str, Chunk]:
         found: dict[str, Chunk] = {}
@@ -202,6 +227,7 @@ class LocalQuerySide:
         self.embedder: Embedder | None = None
         self.answers: AnswerService | None = None
         self.log: Log | None = None
+        self.legs: ThreadPoolExecutor | None = None
         self.refreshed_at = 0.0
         # The chunk offsets that existed when the views opened: ready once they reach them.
         self.open_targets: list[int] | None = None
@@ -245,7 +271,8 @@ class LocalQuerySide:
             )
             for i in range(shards)
         ]
-        self.dense = ReplicaDenseIndex(replicas, identity)
+        self.legs = ThreadPoolExecutor(LEG_THREADS, thread_name_prefix="query-legs")
+        self.dense = ReplicaDenseIndex(replicas, identity, self.legs)
         self.view = open_bm25_view(self.spec, log_, self.topics.chunks, self.directory, identity)
         reranker = load_reranker(self.spec.reranker) if self.spec.reranker.enabled else None
         self.engine = QueryEngine(
@@ -258,6 +285,7 @@ class LocalQuerySide:
             reranker=reranker,
             reranker_spec=self.spec.reranker,
             rocchio=self.spec.feedback.rocchio,
+            leg_executor=self.legs,
         )
         self.open_targets = [
             applied_target(log_, self.topics.chunks, s) for s in range(self.spec.dense.shards)
@@ -339,6 +367,8 @@ class LocalQuerySide:
         }
 
     def close(self) -> None:
+        if self.legs is not None:
+            self.legs.shutdown(wait=True)
         if self.dense is not None:
             for replica in self.dense.replicas:
                 replica.snapshot()  # a restart replays only what came after
@@ -437,6 +467,9 @@ class ClusterQuerySide:
         self.lexical = RemoteLexical(lexical)
         self.answers: AnswerService | None = None
         self.embedder = with_query_cache(embedder, spec.embedder.query_cache_size)
+        # the BM25 leg's call to Lexical goes out while this thread embeds and fans out to
+        # the shards (which RemoteDenseIndex already calls at once)
+        self.legs = ThreadPoolExecutor(LEG_THREADS, thread_name_prefix="query-legs")
         self.engine = QueryEngine(
             self.embedder,
             self.dense,
@@ -447,6 +480,7 @@ class ClusterQuerySide:
             reranker=RemoteReranker(reranker) if reranker is not None else None,
             reranker_spec=spec.reranker,
             rocchio=spec.feedback.rocchio,
+            leg_executor=self.legs,
         )
 
     def load_models(self) -> None:
@@ -507,7 +541,7 @@ class ClusterQuerySide:
         }
 
     def close(self) -> None:
-        return None
+        self.legs.shutdown(wait=True)
 
 
 QuerySide = LocalQuerySide | ClusterQuerySide

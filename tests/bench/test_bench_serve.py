@@ -80,6 +80,16 @@ def test_stage_breakdown_splits_what_http_adds() -> None:
     assert out["proxy_and_network_ms"] == 9.0  # totals minus replica: 6, 12, 9
 
 
+def test_stage_breakdown_counts_overlapped_legs_once() -> None:
+    """With the BM25 leg beside embed + dense, the engine's time is their wall time plus the
+    stages after them, not the sum of every stage."""
+    stages = {"embed": 5.0, "dense": 6.0, "lexical": 4.0, "legs_wall": 11.5, "fusion": 0.5}
+    out = stage_breakdown([HttpSample(20.0, 14.0, stages)])
+    assert out["legs_wall_ms"] == 11.5 and out["lexical_ms"] == 4.0
+    assert out["engine_ms"] == 12.0
+    assert out["http_overhead_ms"] == 8.0 and out["replica_framework_ms"] == 2.0
+
+
 def test_saturation_is_the_best_throughput_before_p99_passes_the_bound() -> None:
     levels = [
         {"qps": 40.0, "p99_ms": 30.0},

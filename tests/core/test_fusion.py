@@ -47,6 +47,22 @@ def test_rrf_output_is_sorted_and_covers_every_id(legs):
     assert scores == sorted(scores, reverse=True)
 
 
+@given(
+    st.dictionaries(
+        st.sampled_from(["dense", "lexical"]),
+        st.lists(st.text(min_size=1, max_size=2), max_size=20, unique=True),
+    ),
+    st.integers(min_value=0, max_value=25),
+)
+def test_rrf_top_is_the_head_of_the_whole_fused_list(legs, top):
+    assert reciprocal_rank_fusion(legs, top=top) == reciprocal_rank_fusion(legs)[:top]
+
+
+def test_rrf_refuses_a_negative_top():
+    with pytest.raises(ValueError, match="top must be >= 0"):
+        reciprocal_rank_fusion({"dense": ["a"]}, top=-1)
+
+
 def test_weights_scale_a_legs_rank_contribution_only():
     legs = {"dense": ["a", "b"], "lexical": ["b", "a"]}
     fused = reciprocal_rank_fusion(legs, k=60, weights={"dense": 2.0, "lexical": 1.0})

@@ -407,6 +407,9 @@ def test_a_new_generation_serves_only_once_backfilled_and_checked(
         "the failed generation retired",
         lambda: gone(client, RayService, ray_service_name("roll", failing), ns),
     )
+    # Its topics go with it: the Topic Operator deletes a topic whose KafkaTopic is deleted.
+    for topic in (f"roll-chunks-{failing}", f"roll-snapshots-{failing}"):
+        wait_for(f"{topic} pruned", lambda t=topic: gone(client, KafkaTopic, t, ns))
     mark_ready(client, ns, new_rs, "serviceStatus")
     time.sleep(2.5)  # ready, but no report yet: nothing moves
     assert status_of(client, "roll", ns)["activeGeneration"] == old and selected() == old
@@ -422,6 +425,8 @@ def test_a_new_generation_serves_only_once_backfilled_and_checked(
     assert get_or_none(client, RayService, old_rs, ns) is not None
     # The docs topic is the corpus: it outlives every generation.
     assert get_or_none(client, KafkaTopic, "roll-docs", ns) is not None
+    for topic in (f"roll-chunks-{new}", f"roll-snapshots-{new}"):
+        assert get_or_none(client, KafkaTopic, topic, ns) is not None
     service = plain(client.get(Service, "roll", namespace=ns))
     # Re-applied at the switch with its owner reference (garbage-collected with the RagIndex).
     assert [o["kind"] for o in service["metadata"]["ownerReferences"]] == ["RagIndex"]

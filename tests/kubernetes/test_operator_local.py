@@ -1,7 +1,8 @@
 """`--runtime local` end to end: RagIndex in a real API server -> Serve app on real local Ray.
 
 apply -> the operator PUTs the config to the Ray dashboard's Serve REST API -> Ready -> the
-endpoint answers an authenticated search -> delete -> the finalizer removes the Serve app.
+endpoint answers an authenticated search -> a generation change is refused and the app keeps
+serving -> delete -> the finalizer removes the Serve app.
 Ray runs in this test process (ray.init with the dashboard), so shutting it down ends only
 what this test started.
 """
@@ -19,6 +20,7 @@ import pytest
 from kopf.testing import KopfRunner
 from lightkube import Client, codecs
 from lightkube.core.exceptions import ApiError
+from lightkube.types import PatchType
 
 from ragindex.config import RagIndexSpec
 from ragindex.generations import index_generation
@@ -163,6 +165,33 @@ def test_local_runtime_serves_searches_and_cleans_up(
                 ).status_code
                 == 401
             )
+
+            # A generation change is refused with a reason; the serving app is untouched.
+            client.patch(
+                RagIndex,
+                name,
+                {"spec": {"dense": {"shards": 3}}},
+                namespace=ns,
+                patch_type=PatchType.MERGE,
+            )
+            deadline = time.monotonic() + 60
+            refused: dict[str, Any] = {}
+            while not refused and time.monotonic() < deadline:
+                time.sleep(0.5)
+                refused = next(
+                    (
+                        c
+                        for c in (rag_status(client, ns, name) or {}).get("conditions") or []
+                        if c["type"] == "Reconciled" and c["status"] == "False"
+                    ),
+                    {},
+                )
+            assert refused.get("reason") == "GenerationChangeUnsupported", refused
+            assert "ragindex reindex" in refused["message"]
+            r = http.post("v1/search", json={"query": "swept wing boundary layer", "k": 3})
+            assert r.status_code == 200 and r.json()["hits"][0]["doc_id"] == "wing", r.text
+            status = rag_status(client, ns, name) or {}
+            assert status["activeGeneration"] == index_generation(RagIndexSpec.model_validate(spec))
 
         client.delete(RagIndex, name, namespace=ns)
         deadline = time.monotonic() + 180  # Serve drains the app's replicas before it is gone

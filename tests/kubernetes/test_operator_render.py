@@ -33,7 +33,7 @@ from ragindex.serve_config import (
     KAFKA_PASSWORD_ENV,
     KAFKA_USERNAME_ENV,
 )
-from ragindex.topics import chunks_topic, docs_topic
+from ragindex.topics import chunks_topic, docs_topic, snapshots_topic
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "ragindex.yaml"
 
@@ -96,6 +96,7 @@ def test_example_renders_every_kind_with_a_valid_serve_config() -> None:
         "KafkaNodePool",
         "KafkaTopic",  # docs
         "KafkaTopic",  # chunks.<generation>; the manifest is derived from it, no topic
+        "KafkaTopic",  # snapshots.<generation>
         "NetworkPolicy",
         "RayService",
         "Service",
@@ -263,17 +264,29 @@ def test_managed_log_renders_strimzi_kafka_and_the_index_topics() -> None:
 
     topics = {t["spec"]["topicName"]: t for t in by_kind(objects, "KafkaTopic")}
     # No manifest topic: the workers derive their manifest from the compacted chunks topic.
-    assert set(topics) == {docs_topic("ns", "idx"), chunks_topic("ns", "idx", gen)}
+    docs, chunks, snapshots = (
+        docs_topic("ns", "idx"),
+        chunks_topic("ns", "idx", gen),
+        snapshots_topic("ns", "idx", gen),
+    )
+    assert set(topics) == {docs, chunks, snapshots}
     partitions = {name: t["spec"]["partitions"] for name, t in topics.items()}
-    assert partitions[docs_topic("ns", "idx")] == 6
-    assert partitions[chunks_topic("ns", "idx", gen)] == 3  # one partition per dense shard
+    # One partition per dense shard for the chunks and their snapshots.
+    assert partitions == {docs: 6, chunks: 3, snapshots: 3}
     for topic in topics.values():
         assert topic["spec"]["replicas"] == 3
-        assert topic["spec"]["config"] == {
+    for name in (docs, chunks):
+        assert topics[name]["spec"]["config"] == {
             "cleanup.policy": "compact",
             "min.insync.replicas": 2,
             "delete.retention.ms": 2 * 3_600_000,
         }
+    # Snapshots are deleted by their publisher (truncate), never by age or key.
+    assert topics[snapshots]["spec"]["config"] == {
+        "cleanup.policy": "delete",
+        "retention.ms": -1,
+        "min.insync.replicas": 2,
+    }
     assert env_of(objects)[KAFKA_BOOTSTRAP_ENV] == "idx-log-kafka-bootstrap.ns.svc:9092"
 
 
@@ -419,6 +432,7 @@ def test_prune_keeps_desired_and_serving_generations_only() -> None:
         *desired,
         ref("RayService", "idx-0ld0ld00", "0ld0ld00"),
         ref("KafkaTopic", "idx-chunks-0ld0ld00", "0ld0ld00"),
+        ref("KafkaTopic", "idx-snapshots-0ld0ld00", "0ld0ld00"),
         ref("RayService", "idx-dead0000", "dead0000"),
         ref("Elasticsearch", "idx-es", "0ld0ld00"),  # backend switched to embedded
         # The shared claim an older operator rendered: pruned on upgrade.
@@ -430,11 +444,13 @@ def test_prune_keeps_desired_and_serving_generations_only() -> None:
         ("Elasticsearch", "idx-es"),
         ("PersistentVolumeClaim", f"idx-{new_gen}-data"),
     }
-    # Once the new generation serves, the old one goes too (its chunks topic included).
+    # Once the new generation serves, the old one goes too (its chunks and snapshots topics
+    # included).
     doomed = objects_to_prune(existing, desired, keep_generations=(new_gen,))
     assert {r.name for r in doomed} == {
         "idx-0ld0ld00",
         "idx-chunks-0ld0ld00",
+        "idx-snapshots-0ld0ld00",
         "idx-dead0000",
         "idx-es",
         f"idx-{new_gen}-data",

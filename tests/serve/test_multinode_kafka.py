@@ -255,6 +255,7 @@ def test_node_removed_under_query_load_then_a_new_replica_bootstraps(
     client_ = _get_global_client()
     assert client_ is not None
     client_.deploy_apps(ServeDeploySchema.model_validate(config))
+    multinode.config = config  # what runs now: later redeploys start from it
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
         on_new_node = any((new_root / "replicas").glob("*/Shard*-*/shard"))
@@ -301,3 +302,106 @@ def test_writes_resume_after_the_broker_returns(multinode: MultiNode) -> None:
         assert stats["chunks"] == stats["lexical_docs"] == len(DOCS) + 1
         ready = client.get("/readyz").json()
         assert ready["status"] == "ready", ready
+
+
+def ingest_reports(app: MultiNode) -> dict[str, dict[int, int]]:
+    """What each live Ingest replica reported (registry view "Ingest"): the `docs` partitions it
+    owns, each with its committed offset."""
+    import ray
+
+    from ragindex.app.serve.progress import RAY_NAMESPACE, STALE_S
+    from ragindex.generations import index_generation
+
+    spec = RagIndexSpec.model_validate(app.config["applications"][0]["args"]["spec"])
+    registry = ray.get_actor(f"progress.{APP}.{index_generation(spec)}", namespace=RAY_NAMESPACE)
+    return {
+        r.replica: dict(r.offsets)
+        for r in ray.get(registry.reports.remote())
+        if r.view == "Ingest" and r.age_s < STALE_S
+    }
+
+
+def redeploy_ingest(app: MultiNode, replicas: int) -> None:
+    from ray.serve.context import _get_global_client
+    from ray.serve.schema import ServeDeploySchema
+
+    config = json.loads(json.dumps(app.config))
+    (ingest,) = [d for d in config["applications"][0]["deployments"] if d["name"] == "Ingest"]
+    ingest["autoscaling_config"] |= {"min_replicas": replicas, "max_replicas": replicas}
+    client = _get_global_client()
+    assert client is not None
+    client.deploy_apps(ServeDeploySchema.model_validate(config))
+    app.config = config
+
+
+def wait_owners(app: MultiNode, replicas: int, partitions: int) -> dict[str, set[int]]:
+    """Until `replicas` Ingest replicas own disjoint shares that cover every partition."""
+    deadline = time.monotonic() + REROUTE_BOUND_S
+    owners: dict[str, set[int]] = {}
+    while time.monotonic() < deadline:
+        owners = {replica: set(offsets) for replica, offsets in ingest_reports(app).items()}
+        shares = list(owners.values())
+        if (
+            len(owners) == replicas
+            and all(shares)
+            and sum(len(s) for s in shares) == partitions
+            and set().union(*shares) == set(range(partitions))
+        ):
+            return owners
+        time.sleep(1)
+    raise AssertionError(f"no {replicas}-way split of {partitions} partitions: {owners}")
+
+
+def one_doc_per_partition(tenant: str, prefix: str, partitions: int) -> list[dict[str, Any]]:
+    from ragindex.records import doc_key
+    from ragindex.topics import partition_for_key
+
+    by_partition: dict[int, dict[str, Any]] = {}
+    n = 0
+    while len(by_partition) < partitions:
+        doc_id = f"{prefix}{n}"
+        p = partition_for_key(doc_key(tenant, "scale", doc_id), partitions)
+        by_partition.setdefault(
+            p, {"source": "scale", "doc_id": doc_id, "title": "", "text": f"zq{doc_id} token"}
+        )
+        n += 1
+    return list(by_partition.values())
+
+
+def test_ingest_scaled_up_and_down_splits_the_docs_partitions_and_loses_nothing(
+    multinode: MultiNode,
+) -> None:
+    """Two Ingest replicas share `docs` (disjoint shares, every partition owned), each consumes
+    its share; scaled back to one, the survivor takes every partition. Documents written to
+    every partition at each size are each indexed exactly once."""
+    spec = RagIndexSpec.model_validate(multinode.config["applications"][0]["args"]["spec"])
+    partitions = spec.log.docs_partitions
+    with multinode.client() as client:
+        before = client.get("/v1/stats").json()["chunks"]
+    written = 0
+    for replicas, prefix in ((2, "up"), (1, "down")):
+        redeploy_ingest(multinode, replicas)
+        owners = wait_owners(multinode, replicas, partitions)
+        docs = one_doc_per_partition("acme", prefix, partitions)
+        with multinode.client() as client:
+            r = client.post("/v1/documents", json={"documents": docs}, params=WAIT)
+            assert r.status_code == 202 and r.json()["applied"] is True, r.text
+            written += len(docs)
+            for doc in docs:
+                hits = search(client, f"zq{doc['doc_id']}", k=5, mode="lexical")
+                assert [h["doc_id"] for h in hits] == [doc["doc_id"]], (doc, hits)
+            assert client.get("/v1/stats").json()["chunks"] == before + written
+        # The owner of each document's partition committed past it: every replica consumed
+        # its own share (reports come every few seconds, so wait for the next ones).
+        landed = {a["partition"]: a["offset"] for a in r.json()["accepted"]}
+        owner_of = {p: replica for replica, share in owners.items() for p in share}
+        deadline = time.monotonic() + 30
+        while True:
+            reports = ingest_reports(multinode)
+            behind = {
+                p: o for p, o in landed.items() if reports.get(owner_of[p], {}).get(p, -1) <= o
+            }
+            if not behind or time.monotonic() > deadline:
+                break
+            time.sleep(1)
+        assert not behind, (behind, reports, owners)

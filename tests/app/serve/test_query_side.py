@@ -23,7 +23,12 @@ from ragindex.app.serve.data_plane import (
     plane_topics,
     replica_dir,
 )
-from ragindex.app.serve.query_side import LocalQuerySide, SerializedEmbedder, catching_up
+from ragindex.app.serve.query_side import (
+    LocalQuerySide,
+    ReplicaDenseIndex,
+    SerializedEmbedder,
+    catching_up,
+)
 from ragindex.app.serve_cli import APP_NAME
 from ragindex.config import RagIndexSpec
 from ragindex.ingest.worker import IngestWorker
@@ -36,6 +41,7 @@ from ragindex.types import Document
 TENANT = "acme"
 DOCS = 6
 PROMPTLY_S = 5.0  # generous: the answer must not wait for the blocked catch-up (minutes)
+MEETS_S = 30.0  # generous: the other shard's search starts within milliseconds when at once
 
 
 def test_catching_up_names_each_view_that_is_behind() -> None:
@@ -114,5 +120,46 @@ def test_readiness_answers_while_the_views_replay_the_log(
         assert side.readiness() == (True, "ok")
         hits = side.search(TENANT, "glacier valley", 10, "hybrid", False).hits
         assert {h.chunk.doc_id for h in hits} == {f"d{n}" for n in range(DOCS)}
+    finally:
+        side.close()
+
+
+def test_the_dense_shards_are_searched_at_once(
+    data_dir: Path, minilm: Embedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fault: each shard's search waits for the other's to have started; it returns promptly
+    only when the two are searched at the same time. The hits are the sequential ones."""
+    spec = RagIndexSpec.model_validate({"dense": {"shards": 2}})
+    side = LocalQuerySide(
+        spec, data_dir, APP_NAME, DEFAULT_NAMESPACE, replica_dir(data_dir, spec, "Router", 0)
+    )
+    side.embedder = SerializedEmbedder(minilm)
+    assert side.try_open()
+    try:
+        assert side.dense is not None
+        vector = minilm.embed_queries(["glacier valley"])
+        sequential = ReplicaDenseIndex(side.dense.replicas, side.dense.identity)
+        expected = sequential.search(vector, 10, TENANT, minilm.identity)
+        started = {0: threading.Event(), 1: threading.Event()}
+        met: dict[int, bool] = {}
+        search = LogShardReplica.search
+
+        def waiting_search(self: LogShardReplica, *args: Any) -> Any:
+            started[self.partition].set()
+            met[self.partition] = started[1 - self.partition].wait(MEETS_S)
+            if self.partition == 1 and fail_second.is_set():
+                raise RuntimeError("shard 1 failed")
+            return search(self, *args)
+
+        fail_second = threading.Event()
+        monkeypatch.setattr(LogShardReplica, "search", waiting_search)
+        assert side.dense.search(vector, 10, TENANT, minilm.identity) == expected
+        assert met == {0: True, 1: True}
+        assert len(expected) == DOCS
+        for event in started.values():
+            event.clear()
+        fail_second.set()  # a shard's error is the search's error
+        with pytest.raises(RuntimeError, match="shard 1 failed"):
+            side.dense.search(vector, 10, TENANT, minilm.identity)
     finally:
         side.close()

@@ -1,0 +1,205 @@
+"""The query engine's legs: a hybrid search with a leg executor runs its BM25 leg beside the
+dense leg, keeps each stage's timing and the overlapped legs' wall time, and treats a BM25
+leg that fails exactly as a sequential search does.
+
+Real parts throughout (the local engine: ONNX MiniLM, FAISS shards, tantivy, SQLite); the
+only mocks inject faults into a leg: a wait for the other leg, or an error.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ragindex.app.engine import LocalEngine
+from ragindex.config import LexicalSpec, RagIndexSpec
+from ragindex.errors import BackendUnavailable, IdentityMismatch
+from ragindex.filters import TermExpr
+from ragindex.protocols import DenseIndex, LexicalIndex, Vectors
+from ragindex.router.query import LEG_STAGES, LEGS_WALL, QueryEngine, engine_ms
+from ragindex.types import Document, ModelIdentity, ScoredId
+
+TENANT = "acme"
+QUERY = "flutter of thin panels"
+MEETS_S = 30.0  # generous: the other leg starts within milliseconds when the legs overlap
+TOPICS = [
+    "boundary layer transition on a swept wing at supersonic speed",
+    "heat transfer to a blunt body in hypersonic flow",
+    "flutter of thin panels exposed to airflow",
+    "pressure distribution over a slender cone at incidence",
+    "buckling of cylindrical shells under axial compression",
+]
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalEngine]:
+    spec = RagIndexSpec.model_validate({"dense": {"shards": 2}})
+    engine = LocalEngine.open(Path(tmp_path_factory.mktemp("legs")), spec)
+    docs = [
+        Document("papers", f"d{n}", t, f"{t}. Measured in a wind tunnel.")
+        for n, t in enumerate(TOPICS)
+    ]
+    engine.ingest.upsert(TENANT, docs)
+    yield engine
+    engine.close()
+
+
+@pytest.fixture(scope="module")
+def pool() -> Iterator[ThreadPoolExecutor]:
+    with ThreadPoolExecutor(2, thread_name_prefix="test-legs") as executor:
+        yield executor
+
+
+class Lexical:
+    """The real BM25 index; says when a search started, and may then raise `fault`."""
+
+    def __init__(self, inner: LexicalIndex, fault: BaseException | None = None) -> None:
+        self.inner = inner
+        self.fault = fault
+        self.started = threading.Event()
+        self.finished = threading.Event()
+
+    def search(
+        self, query: str, top_k: int, tenant_id: str, access: TermExpr | None = None
+    ) -> list[ScoredId]:
+        self.started.set()
+        try:
+            if self.fault is not None:
+                raise self.fault
+            return self.inner.search(query, top_k, tenant_id, access)
+        finally:
+            self.finished.set()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+class DenseWaitingForLexical:
+    """The real dense index, whose search first waits for the BM25 leg to have started: it
+    only returns promptly if the two legs run at the same time. Then it may raise `fault`."""
+
+    def __init__(
+        self, inner: DenseIndex, lexical: Lexical, fault: BaseException | None = None
+    ) -> None:
+        self.inner = inner
+        self.lexical = lexical
+        self.fault = fault
+        self.met_lexical: bool | None = None
+
+    def search(
+        self,
+        query_vector: Vectors,
+        top_k: int,
+        tenant_id: str,
+        identity: ModelIdentity,
+        access: TermExpr | None = None,
+    ) -> list[ScoredId]:
+        self.met_lexical = self.lexical.started.wait(MEETS_S)
+        if self.fault is not None:
+            raise self.fault
+        return self.inner.search(query_vector, top_k, tenant_id, identity, access)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def query_engine(
+    engine: LocalEngine,
+    lexical: LexicalIndex,
+    dense: DenseIndex | None = None,
+    executor: ThreadPoolExecutor | None = None,
+    on_unavailable: str = "error",
+) -> QueryEngine:
+    return QueryEngine(
+        engine.embedder,
+        dense or engine.dense,
+        lexical,
+        engine.store,
+        fusion=engine.spec.fusion,
+        lexical_spec=LexicalSpec.model_validate({"onUnavailable": on_unavailable}),
+        leg_executor=executor,
+    )
+
+
+def ids(hits: Sequence[Any]) -> list[str]:
+    return [h.chunk.chunk_id for h in hits]
+
+
+def test_the_lexical_leg_runs_while_the_dense_leg_searches(
+    engine: LocalEngine, pool: ThreadPoolExecutor
+) -> None:
+    lexical = Lexical(engine.lexical)
+    dense = DenseWaitingForLexical(engine.dense, lexical)
+    result = query_engine(engine, lexical, dense, pool).search(TENANT, QUERY, k=5)
+    assert dense.met_lexical, "the dense leg searched before the BM25 leg had started"
+    assert ids(result.hits) == ids(engine.query.search(TENANT, QUERY, k=5).hits)
+    timings = result.timings_ms
+    assert list(timings) == ["embed", "dense", "lexical", LEGS_WALL, "fusion", "fetch"]
+    # the overlapped legs' wall time spans each leg, and counts once in the engine's time
+    assert timings[LEGS_WALL] >= max(timings["lexical"], timings["embed"] + timings["dense"])
+    assert engine_ms(timings) == pytest.approx(
+        timings[LEGS_WALL] + timings["fusion"] + timings["fetch"]
+    )
+
+
+def test_without_an_executor_the_legs_run_in_turn_and_sum(engine: LocalEngine) -> None:
+    timings = engine.query.search(TENANT, QUERY, k=5).timings_ms
+    assert LEGS_WALL not in timings and set(LEG_STAGES) - {"rocchio"} <= set(timings)
+    assert engine_ms(timings) == pytest.approx(sum(timings.values()))
+
+
+def test_single_leg_modes_use_no_executor(engine: LocalEngine, pool: ThreadPoolExecutor) -> None:
+    lexical = Lexical(engine.lexical)
+    qe = query_engine(engine, lexical, executor=pool)
+    for mode in ("dense", "lexical"):
+        result = qe.search(TENANT, QUERY, k=5, mode=mode)
+        assert result.hits and LEGS_WALL not in result.timings_ms
+    assert lexical.started.is_set()  # by the lexical mode, on this thread
+
+
+@pytest.mark.parametrize("overlapped", [False, True])
+def test_an_unavailable_lexical_leg_degrades_to_dense_only_with_a_warning(
+    engine: LocalEngine, pool: ThreadPoolExecutor, overlapped: bool
+) -> None:
+    lexical = Lexical(engine.lexical, BackendUnavailable("BM25 backend timed out"))
+    executor = pool if overlapped else None
+    result = query_engine(engine, lexical, None, executor, "dense-only").search(TENANT, QUERY, 5)
+    dense_only = engine.query.search(TENANT, QUERY, k=5, mode="dense")
+    assert ids(result.hits) == ids(dense_only.hits)
+    assert result.warnings == ["lexical leg unavailable, dense-only result: BM25 backend timed out"]
+    assert "lexical" in result.timings_ms and (LEGS_WALL in result.timings_ms) is overlapped
+
+
+@pytest.mark.parametrize("overlapped", [False, True])
+def test_an_unavailable_lexical_leg_fails_the_search_when_asked_to(
+    engine: LocalEngine, pool: ThreadPoolExecutor, overlapped: bool
+) -> None:
+    executor = pool if overlapped else None
+    down = Lexical(engine.lexical, BackendUnavailable("BM25 backend timed out"))
+    with pytest.raises(BackendUnavailable, match="timed out"):
+        query_engine(engine, down, None, executor, "error").search(TENANT, QUERY, k=5)
+    # lexical-only cannot degrade, whatever onUnavailable says
+    with pytest.raises(BackendUnavailable, match="timed out"):
+        query_engine(engine, down, None, executor, "dense-only").search(
+            TENANT, QUERY, k=5, mode="lexical"
+        )
+    broken = Lexical(engine.lexical, RuntimeError("index corrupt"))
+    with pytest.raises(RuntimeError, match="index corrupt"):  # not degraded: a bug surfaces
+        query_engine(engine, broken, None, executor, "dense-only").search(TENANT, QUERY, k=5)
+
+
+def test_a_failing_dense_leg_fails_the_search_after_the_lexical_leg_ended(
+    engine: LocalEngine, pool: ThreadPoolExecutor
+) -> None:
+    lexical = Lexical(engine.lexical)
+    wrong = IdentityMismatch("query uses another embedding model identity")
+    dense = DenseWaitingForLexical(engine.dense, lexical, wrong)
+    with pytest.raises(IdentityMismatch):
+        query_engine(engine, lexical, dense, pool, "dense-only").search(TENANT, QUERY, k=5)
+    assert dense.met_lexical
+    assert lexical.finished.is_set()  # no BM25 search outlives the search that asked for it
