@@ -18,7 +18,10 @@ on a noisy machine (ratios and differences from one run are the figures to trust
   `snapshot_published_s` after the app was ready), the chunks after them, and a replay of every
   chunk into its BM25 view; `bootstrap_snapshot_offsets` says where each shard's replay began
   (0: no snapshot was loaded, every chunk replayed);
-- ingest throughput through the API vs the raw embedder on the same passages;
+- ingest throughput through the API vs the raw embedder on the same passages, with where its
+  time went (`ingest_timeline`: each POST's answer, each worker batch's read, chunk, embed and
+  commit, the wait's answer) and the CPU per document of every runtime process during it
+  (`ingest_cpu_ms_per_doc`, beside `idle_cpu_ms_per_s`, the same processes at rest);
 - saturation throughput (closed-loop clients ramp; the queries/s at which p99 passes 40 ms)
   with 1 and then 2 Router replicas, and the RSS of the runtime's processes at rest and under
   load (bench_load).
@@ -98,6 +101,7 @@ PORT_RELEASE_S = 60.0
 INGEST_DOCS = 96
 INGEST_BATCH = 32  # what a client like `ragindex demo` sends
 INGEST_WAITS = 10
+IDLE_SAMPLE_S = 5  # the runtime's CPU at rest is sampled this long before the ingest run
 
 _WORDS_TEXT = (
     "wing flow shock boundary layer pressure heat transfer nozzle supersonic laminar turbulent"
@@ -416,16 +420,33 @@ def raw_embed_rate(embedder: Embedder, texts: list[str]) -> float:
     return len(texts) / (time.perf_counter() - start)
 
 
-def api_ingest_rate(client: httpx.Client, texts: list[str]) -> float:
+@dataclass(frozen=True)
+class IngestRun:
+    """One pass of documents through the API until searchable (`api_ingest_rate`)."""
+
+    docs: int
+    started_at: float  # wall clock (time.time()) when the first batch was sent
+    acked_at: list[float]  # when each POST answered (the last one: with `?wait=true`)
+    applied_at: float  # when the wait answered `applied: true`
+
+    @property
+    def docs_per_s(self) -> float:
+        return self.docs / (self.applied_at - self.started_at)
+
+
+def api_ingest_rate(client: httpx.Client, texts: list[str], prefix: str = "i") -> IngestRun:
     """Documents/s through the API to searchable: batches as a client sends them, the last
     one with `?wait=true` (writes are applied in log order, so it waits for them all)."""
     docs = [
-        {"source": "ingest", "doc_id": f"i{i}", "title": "", "text": t} for i, t in enumerate(texts)
+        {"source": "ingest", "doc_id": f"{prefix}{i}", "title": "", "text": t}
+        for i, t in enumerate(texts)
     ]
     batches = [docs[b : b + INGEST_BATCH] for b in range(0, len(docs), INGEST_BATCH)]
-    start = time.perf_counter()
+    acked: list[float] = []
+    start = time.time()
     for batch in batches[:-1]:
         client.post("/v1/documents", json={"documents": batch}).raise_for_status()
+        acked.append(time.time())
     for _ in range(INGEST_WAITS):  # re-sending unchanged documents embeds nothing
         r = client.post(
             "/v1/documents",
@@ -434,8 +455,94 @@ def api_ingest_rate(client: httpx.Client, texts: list[str]) -> float:
         )
         r.raise_for_status()
         if r.json()["applied"] is True:
-            return len(docs) / (time.perf_counter() - start)
+            done = time.time()
+            return IngestRun(len(docs), start, [*acked, done], done)
     raise TimeoutError(f"ingested documents not searchable after {INGEST_WAITS} waits of 60 s")
+
+
+def ingest_timeline(run: IngestRun, traces: list[dict[str, Any]]) -> dict[str, Any]:
+    """Where the time of an ingest run went, in seconds from its first POST: each POST's
+    answer, each ingest batch of the worker (read, chunked and diffed, embedded, committed)
+    and the wait's answer; `read_s`, `chunk_s`, `embed_s` and `commit_s` sum the batches'
+    steps, `applied_after_commit_s` is the last commit to `applied: true` (the views'
+    catch-up and the wait noticing it)."""
+    mine = [t for t in traces if t["committed_at"] >= run.started_at]
+
+    def at(t: float) -> float:
+        return round(t - run.started_at, 3)
+
+    last_commit = max((t["committed_at"] for t in mine), default=run.started_at)
+    return {
+        "posts_acked_s": [at(t) for t in run.acked_at],
+        "batches": [
+            {
+                "records": t["records"],
+                "partitions": len(t["partitions"]),
+                "embedded": t["embedded"],
+                "started_s": at(t["started_at"]),
+                "read_s": at(t["read_at"]),
+                "planned_s": at(t["planned_at"]),
+                "embedded_s": at(t["embedded_at"]),
+                "committed_s": at(t["committed_at"]),
+            }
+            for t in mine
+        ],
+        "read_s": round(sum(t["read_at"] - t["started_at"] for t in mine), 3),
+        "chunk_s": round(sum(t["planned_at"] - t["read_at"] for t in mine), 3),
+        "embed_s": round(sum(t["embedded_at"] - t["planned_at"] for t in mine), 3),
+        "commit_s": round(sum(t["committed_at"] - t["embedded_at"] for t in mine), 3),
+        "applied_after_commit_s": round(run.applied_at - last_commit, 3),
+        "applied_s": at(run.applied_at),
+    }
+
+
+def runtime_cpu_s(exclude: Sequence[int] = ()) -> dict[int, tuple[str, float]]:
+    """CPU seconds (user + system) so far of every process of the runtime (this process and
+    all it spawned: Ray's and the app's), by pid, with its role."""
+    import psutil
+
+    from ragindex.app.resources import process_role
+
+    root = psutil.Process()
+    out: dict[int, tuple[str, float]] = {}
+    for proc in [root, *root.children(recursive=True)]:
+        if proc.pid in exclude:
+            continue
+        try:
+            times = proc.cpu_times()
+            out[proc.pid] = (process_role(proc), times.user + times.system)
+        except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+            continue
+    return out
+
+
+def cpu_per_doc(
+    before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]], docs: float
+) -> dict[str, float]:
+    """CPU milliseconds per document (or per second, given seconds) each role of the runtime
+    spent between two samples (replicas of one deployment summed under its role), largest
+    first; `total` of all."""
+    spent: dict[str, float] = {}
+    for pid, (role, cpu) in after.items():
+        start = before.get(pid, (role, 0.0))[1]
+        name = role.removeprefix("ray::ServeReplica:").removeprefix("ray::")
+        spent[name] = spent.get(name, 0.0) + max(cpu - start, 0.0)
+    rows = {k: round(1000 * v / docs, 1) for k, v in sorted(spent.items(), key=lambda kv: -kv[1])}
+    return {k: v for k, v in rows.items() if v >= 0.1} | {
+        "total": round(1000 * sum(spent.values()) / docs, 1)
+    }
+
+
+def ingest_traces() -> list[dict[str, Any]]:
+    """The Ingest replicas' latest batch traces (this process is the app's Ray driver)."""
+    from ray import serve
+
+    from ragindex.app.serve_cli import APP_NAME
+    from ragindex.serve_config import INGEST
+
+    handle = serve.get_deployment_handle(INGEST, app_name=APP_NAME)
+    traces: list[dict[str, Any]] = handle.batch_traces.remote().result()
+    return traces
 
 
 def free_dashboard_port() -> None:
@@ -664,7 +771,16 @@ def _run(
             side.close()
         fresh = measure_freshness(client, FRESHNESS_PROBES)
         everywhere = measure_applied_everywhere(client, FRESHNESS_PROBES)
-        api_rate = api_ingest_rate(client, texts)
+        idle_from = runtime_cpu_s(memory.exclude)
+        time.sleep(IDLE_SAMPLE_S)  # what the runtime spends with nothing to do, for comparison
+        cpu_before = runtime_cpu_s(memory.exclude)
+        report["idle_cpu_ms_per_s"] = cpu_per_doc(idle_from, cpu_before, IDLE_SAMPLE_S)
+        run = api_ingest_rate(client, texts)
+        report["ingest_cpu_ms_per_doc"] = cpu_per_doc(
+            cpu_before, runtime_cpu_s(memory.exclude), run.docs
+        )
+        report["ingest_timeline"] = ingest_timeline(run, ingest_traces())
+        api_rate = run.docs_per_s
         raw_rate = raw_embed_rate(real, texts)
         if load:
             stream = fresh_queries(rng, taken)

@@ -20,15 +20,18 @@ and offsets commit atomically, the rebuilt manifest is exactly the committed sta
 from __future__ import annotations
 
 import logging
+import time
+from collections import deque
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 
 from ragindex.config import ChunkingSpec
 from ragindex.filters import superseded
 from ragindex.hashing import shard_for
 from ragindex.ingest.pipeline import chunk_for_embedder, embed_chunks
 from ragindex.log import WriterFenced
-from ragindex.protocols import Embedder, Log
+from ragindex.protocols import Embedder, Log, Vectors
 from ragindex.records import (
     DocKey,
     chunk_header,
@@ -45,7 +48,9 @@ log = logging.getLogger("ragindex.ingest")
 
 INGEST_GROUP = "ingest"
 LAG_LIMIT = 10_000  # lag() counts up to this many records per partition
-READ_BATCH = 64  # docs per transaction: small enough that a crash redoes little
+READ_BATCH = 64  # docs per partition and transaction: small enough that a crash redoes little
+COMMIT_THREADS = 8  # partitions committed side by side
+TRACES = 256  # the latest batches' timings a worker keeps (BatchTrace)
 
 
 @dataclass(frozen=True)
@@ -81,6 +86,31 @@ def assigned_partitions(member: str, running: Iterable[str], partitions: int) ->
 
 Manifest = dict[DocKey, dict[str, str]]  # document -> {chunk id: content hash}
 Versions = dict[DocKey, str | None]  # document -> `updated` of its indexed version
+
+
+@dataclass(frozen=True)
+class BatchTrace:
+    """One `poll` that processed records: what it held and when each step ended (wall-clock
+    seconds, `time.time()`, so that they line up with other processes' on one machine)."""
+
+    partitions: tuple[int, ...]  # the `docs` partitions that had records
+    records: int  # docs records consumed
+    embedded: int  # chunks embedded (new or changed)
+    started_at: float  # the poll began reading
+    read_at: float  # every owned partition read
+    planned_at: float  # chunked and diffed against the manifest
+    embedded_at: float  # the new or changed chunks embedded
+    committed_at: float  # every partition's chunks and offset committed
+
+
+@dataclass
+class _Plan:
+    """What one partition's batch changes, before it is embedded and committed."""
+
+    changed: Manifest = field(default_factory=dict)  # applied to the manifest after the commit
+    versions: Versions = field(default_factory=dict)
+    upserts: list[Chunk] = field(default_factory=list)  # new or changed: to embed
+    tombstones: list[tuple[str, str]] = field(default_factory=list)  # (tenant, chunk id)
 
 
 def read_all(log_: Log, topic: str, partition: int, batch: int = 5000) -> list[LogRecord]:
@@ -144,6 +174,9 @@ class IngestWorker:
         self.chunking = chunking
         self.partitions = list(partitions)
         self.group = group or topics.group
+        self.traces: deque[BatchTrace] = deque(maxlen=TRACES)
+        self._next: dict[int, int] = {}  # partition -> the offset this worker reads next
+        self._committer = ThreadPoolExecutor(COMMIT_THREADS, thread_name_prefix="ingest-commit")
         for p in self.partitions:
             log_.claim(self.group, topics.docs, p)
         self.manifest, self.versions = rebuild_manifest(log_, topics, self.partitions)
@@ -160,6 +193,8 @@ class IngestWorker:
             self.log.claim(self.group, self.topics.docs, p)
         log.info("ingest partitions %s -> %s", sorted(self.partitions), wanted)
         kept = set(wanted)
+        for p in [*gained, *(q for q in self._next if q not in kept)]:
+            self._next.pop(p, None)
         for doc in [d for d in self.manifest if self._docs_partition(d) not in kept]:
             del self.manifest[doc]
             self.versions.pop(doc, None)
@@ -187,40 +222,87 @@ class IngestWorker:
         )
 
     def poll(self, max_records: int = READ_BATCH, timeout_s: float = 0.0) -> int:
-        """Process one batch from every owned partition; returns how many docs records."""
-        done = 0
+        """Process one batch from every owned partition; returns how many docs records.
+
+        Every partition's records are chunked and diffed first, and the changed chunks of all
+        of them embedded together (full embedding batches however the documents spread over
+        partitions); then each partition's chunks are committed with its own offset (one
+        transaction per input partition: its transactional id is what fences a former owner).
+        """
+        started = time.time()
+        batches: list[tuple[int, list[LogRecord]]] = []
         for p in list(self.partitions):
-            start = self.log.committed(self.group, self.topics.docs, p)
             records = self.log.read(
-                self.topics.docs, p, start, max_records=max_records, timeout_s=timeout_s
-            )
-            if not records:
-                continue
-            try:
-                self._process(p, records)
-            except WriterFenced as err:  # another worker claimed it: it carries on from there
-                log.warning("letting docs partition %d go: %s", p, err)
+                self.topics.docs, p, self._next_offset(p), max_records=max_records,
+                timeout_s=timeout_s,
+            )  # fmt: skip
+            if records:
+                batches.append((p, records))
+        if not batches:
+            return 0
+        read_at = time.time()
+        plans = [(p, records, self._plan(records)) for p, records in batches]
+        upserts = [c for _, _, plan in plans for c in plan.upserts]
+        planned_at = time.time()
+        vectors = embed_chunks(self.embedder, upserts)  # only new or changed chunks
+        embedded_at = time.time()
+        jobs: list[tuple[int, list[LogRecord], _Plan, Vectors]] = []
+        first = 0
+        for p, records, plan in plans:
+            jobs.append((p, records, plan, vectors[first : first + len(plan.upserts)]))
+            first += len(plan.upserts)
+        # Side by side: on Kafka each partition's transaction waits on the broker.
+        outcomes = list(self._committer.map(self._try_commit, jobs))
+        done = 0
+        for (p, records, _, _), error in zip(jobs, outcomes, strict=True):
+            if error is None:
+                done += len(records)
+            elif isinstance(error, WriterFenced):  # another worker claimed it: it carries on
+                log.warning("letting docs partition %d go: %s", p, error)
                 self.assign([q for q in self.partitions if q != p])
-                continue
-            done += len(records)
+        failed = [e for e in outcomes if e is not None and not isinstance(e, WriterFenced)]
+        if failed:
+            self._next.clear()  # unknown what landed: read the committed offsets again
+            raise failed[0]
+        self.traces.append(
+            BatchTrace(
+                partitions=tuple(p for p, _ in batches),
+                records=sum(len(r) for _, r in batches),
+                embedded=len(upserts),
+                started_at=started,
+                read_at=read_at,
+                planned_at=planned_at,
+                embedded_at=embedded_at,
+                committed_at=time.time(),
+            )
+        )
         return done
 
-    def _process(self, partition: int, records: list[LogRecord]) -> None:
-        changed: Manifest = {}  # this batch's view of the manifest, applied after the commit
-        versions: Versions = {}
+    def _next_offset(self, partition: int) -> int:
+        """Where this worker reads `partition` next: its committed offset, read from the log
+        once (after a claim, or a failed commit) and then advanced by its own commits."""
+        offset = self._next.get(partition)
+        if offset is None:
+            offset = self.log.committed(self.group, self.topics.docs, partition)
+            self._next[partition] = offset
+        return offset
+
+    def _plan(self, records: list[LogRecord]) -> _Plan:
+        """What a partition's batch changes: chunks to upsert (to embed) and to tombstone."""
+        plan = _Plan()
         final: dict[tuple[str, str], Chunk | None] = {}  # chunk -> its state after the batch
         for record in records:
             doc = DocKey.decode(record.key)
-            stored = changed.get(doc, self.manifest.get(doc, {}))
+            stored = plan.changed.get(doc, self.manifest.get(doc, {}))
             new_chunks = self._chunks_of(doc, record)
             if new_chunks is None:
                 continue
-            current = versions.get(doc, self.versions.get(doc)) if stored else None
+            current = plan.versions.get(doc, self.versions.get(doc)) if stored else None
             if new_chunks and superseded(new_chunks[0].updated, current):
                 log.info("skipping %s: updated %s is older than the indexed %s", doc,
                          new_chunks[0].updated, current)  # fmt: skip
                 continue
-            versions[doc] = new_chunks[0].updated if new_chunks else None
+            plan.versions[doc] = new_chunks[0].updated if new_chunks else None
             new_ids = {c.chunk_id for c in new_chunks}
             for chunk_id in stored:
                 if chunk_id not in new_ids:
@@ -228,15 +310,28 @@ class IngestWorker:
             for chunk in new_chunks:
                 if stored.get(chunk.chunk_id) != chunk.content_hash:
                     final[(doc.tenant_id, chunk.chunk_id)] = chunk
-            changed[doc] = {c.chunk_id: c.content_hash for c in new_chunks}
-        upserts = [c for c in final.values() if c is not None]
+            plan.changed[doc] = {c.chunk_id: c.content_hash for c in new_chunks}
+        plan.upserts = [c for c in final.values() if c is not None]
+        plan.tombstones = [key for key, c in final.items() if c is None]
+        return plan
+
+    def _try_commit(self, job: tuple[int, list[LogRecord], _Plan, Vectors]) -> BaseException | None:
+        try:
+            self._commit(*job)
+        except Exception as err:  # handed back: the poll decides after every partition's
+            return err
+        return None
+
+    def _commit(
+        self, partition: int, records: list[LogRecord], plan: _Plan, vectors: Vectors
+    ) -> None:
+        """The plan's chunk records and the partition's new `docs` offset, atomically; then
+        the manifest."""
         out: list[tuple[int, bytes, bytes | None]] = [
             (self._shard(tenant, chunk_id), chunk_key(tenant, chunk_id), None)
-            for (tenant, chunk_id), c in final.items()
-            if c is None
+            for tenant, chunk_id in plan.tombstones
         ]
-        vectors = embed_chunks(self.embedder, upserts)  # only new or changed chunks
-        for chunk, vector in zip(upserts, vectors, strict=True):
+        for chunk, vector in zip(plan.upserts, vectors, strict=True):
             out.append(
                 (
                     self._shard(chunk.tenant_id, chunk.chunk_id),
@@ -244,16 +339,18 @@ class IngestWorker:
                     encode_chunk(chunk, vector),
                 )
             )
+        after = records[-1].offset + 1
         self.log.append_and_commit(
             self.topics.chunks,
             out,
             group=self.group,
-            consumed={(self.topics.docs, partition): records[-1].offset + 1},
+            consumed={(self.topics.docs, partition): after},
         )
-        for doc, chunks in changed.items():
+        self._next[partition] = after
+        for doc, chunks in plan.changed.items():
             if chunks:
                 self.manifest[doc] = chunks
-                self.versions[doc] = versions[doc]
+                self.versions[doc] = plan.versions[doc]
             else:
                 self.manifest.pop(doc, None)
                 self.versions.pop(doc, None)

@@ -131,7 +131,9 @@ class KafkaLog:
             self._common["security.protocol"] = security_protocol
         self._admin = AdminClient(dict(self._common))
         self._mutex = threading.Lock()  # guards the client maps, held only briefly
-        self._writing = threading.Lock()  # one transaction at a time per producer
+        # One transaction at a time per transactional id (its producer); writes of different
+        # ids (a worker's input partitions) run side by side.
+        self._writing: dict[str, threading.Lock] = {}
         self._producers: dict[str, Producer] = {}
         self._readers: dict[tuple[str, int], _Reader] = {}
         self._groups: dict[str, Consumer] = {}
@@ -347,8 +349,12 @@ class KafkaLog:
 
     # -- writes -------------------------------------------------------------------------------
 
+    def _writing_lock(self, transactional_id: str) -> threading.Lock:
+        with self._mutex:
+            return self._writing.setdefault(transactional_id, threading.Lock())
+
     def append(self, topic: str, records: Sequence[tuple[int, bytes, bytes | None]]) -> list[int]:
-        with self._writing:
+        with self._writing_lock(self._append_id):
             return self._transact(self._append_id, topic, records, None, {})
 
     def append_and_commit(
@@ -360,15 +366,14 @@ class KafkaLog:
         consumed: Mapping[tuple[str, int], int],
     ) -> list[int]:
         check_consumed(group, consumed)
-        with self._writing:
-            return self._transact(
-                transactional_id(group, consumed), topic, records, group, consumed
-            )
+        txid = transactional_id(group, consumed)
+        with self._writing_lock(txid):
+            return self._transact(txid, topic, records, group, consumed)
 
     def claim(self, group: str, topic: str, partition: int) -> int:
         self._check_partition(topic, partition)
         txid = transactional_id(group, {(topic, partition): 0})
-        with self._writing:
+        with self._writing_lock(txid):
             self._producers.pop(txid, None)  # this client's own, if it wrote before: replaced
             self._producer(txid)  # init_transactions: the broker fences every earlier writer
         return self.committed(group, topic, partition)
@@ -583,8 +588,16 @@ class KafkaLog:
         return out
 
     def close(self) -> None:
-        with self._writing, self._mutex:
-            for producer in self._producers.values():
+        with self._mutex:
+            writes = list(self._writing.values())
+        with contextlib.ExitStack() as held:  # after the transactions in flight
+            for lock in writes:
+                held.enter_context(lock)
+            self._close_clients()
+
+    def _close_clients(self) -> None:
+        with self._mutex:
+            for producer in list(self._producers.values()):
                 producer.flush(0)
             for reader in self._readers.values():
                 reader.consumer.close()

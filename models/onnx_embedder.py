@@ -112,6 +112,21 @@ def intra_op_threads() -> int:
     return int(value) if value.isdigit() else 0
 
 
+class TokenCounter:
+    """`count_tokens` of the ONNX backends from the model's tokenizer.json alone (no weights,
+    no session): what a process that chunks, while another one embeds, counts with."""
+
+    def __init__(self, model_dir: Path) -> None:
+        from tokenizers import Tokenizer
+
+        self.tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+        self.tokenizer.no_truncation()
+        self.tokenizer.no_padding()
+
+    def __call__(self, text: str) -> int:
+        return len(self.tokenizer.encode(text, add_special_tokens=False).ids)
+
+
 class OnnxEmbedder(BaseEmbedder):
     """Backends `onnx` (fp32) and `onnx-int8`: ONNX Runtime + tokenizers + numpy pooling."""
 
@@ -129,9 +144,7 @@ class OnnxEmbedder(BaseEmbedder):
         padding = self.tokenizer.padding or {"pad_id": 0, "pad_token": "[PAD]"}
         self.tokenizer.enable_truncation(self.max_seq_length)
         self.tokenizer.enable_padding(pad_id=padding["pad_id"], pad_token=padding["pad_token"])
-        self.counter = Tokenizer.from_file(str(self.model_dir / "tokenizer.json"))
-        self.counter.no_truncation()
-        self.counter.no_padding()
+        self.counter = TokenCounter(self.model_dir)
         self.model_file = exported_model(self.model_dir, weights_hash(self.model_dir), int8)
         # The int8 identity names the quantized weights themselves (the export is
         # deterministic), so a quantizer that changes them cannot mix vectors unnoticed.
@@ -167,4 +180,4 @@ class OnnxEmbedder(BaseEmbedder):
         return summed / np.clip(weights.sum(axis=1), 1e-9, None)
 
     def count_tokens(self, text: str) -> int:
-        return len(self.counter.encode(text, add_special_tokens=False).ids)
+        return self.counter(text)

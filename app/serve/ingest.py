@@ -3,7 +3,9 @@
 `append` validates a batch and appends it to `docs` (the file log has one writer process, so
 every runtime appends here); it returns once the log acknowledged, on its own thread so that
 accepting never waits behind embedding. The worker loop consumes this replica's share of the
-`docs` partitions into `chunks.<generation>`: every ASSIGN_EVERY_S it asks Serve which Ingest
+`docs` partitions into `chunks.<generation>`, woken at once by this replica's own appends
+(records another Ingest replica appended to its partitions are found within POLL_TIMEOUT_S):
+every ASSIGN_EVERY_S it asks Serve which Ingest
 replicas run and takes `assigned_partitions` (round robin in replica-id order), claiming the
 ones it gains (fencing their previous owner) and dropping the ones it lost, so autoscaling
 Ingest up or down, or losing a replica, rebalances the partitions within seconds. A replica
@@ -18,6 +20,8 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -32,12 +36,13 @@ from ragindex.app.serve.data_plane import (
 from ragindex.app.serve.pools import RemoteEmbedder
 from ragindex.app.serve.progress import ProgressReporter, running_replicas, this_replica
 from ragindex.app.serve.threads import ReplicaThread, limit_threads, release_free_heap
-from ragindex.config import RagIndexSpec
+from ragindex.config import ONNX_BACKENDS, RagIndexSpec
 from ragindex.errors import BackendUnavailable, InvalidInput
 from ragindex.generations import index_generation
 from ragindex.ingest.pipeline import as_documents
-from ragindex.ingest.worker import IngestWorker, assigned_partitions
-from ragindex.models.embedder import load_embedder
+from ragindex.ingest.worker import READ_BATCH, IngestWorker, assigned_partitions
+from ragindex.models.embedder import load_embedder, resolve_model_path
+from ragindex.models.onnx_embedder import TokenCounter
 from ragindex.protocols import Embedder
 from ragindex.records import doc_key, encode_document
 from ragindex.serve_config import INGEST
@@ -47,9 +52,18 @@ from ragindex.types import ID_PART_RE, Document, validate_tenant
 log = logging.getLogger("ragindex.serve")
 
 POLL_TIMEOUT_S = 0.1
+RECHECK_S = 0.1  # wait_processed checks the log at least this often
 ASSIGN_EVERY_S = 2.0
 RETRY_S = 1.0
 WRITABLE_TIMEOUT_S = 1.5
+
+
+def local_token_counter(spec: RagIndexSpec) -> Callable[[str], int] | None:
+    """The pool's own token count, computed in this replica, for the ONNX backends (their
+    count is the tokenizer.json alone); None for the others, which count in the pool."""
+    if spec.embedder.backend not in ONNX_BACKENDS:
+        return None
+    return TokenCounter(resolve_model_path(spec.embedder.model))
 
 
 class Ingest:
@@ -78,9 +92,11 @@ class Ingest:
         remote: Embedder | None = None
         if embedder is not None:
             identity, max_seq = await embedder.describe.remote()
-            remote = RemoteEmbedder(embedder, identity, max_seq)
+            remote = RemoteEmbedder(embedder, identity, max_seq, local_token_counter(self.spec))
         self.worker: IngestWorker = await self.worker_thread.run(self._open, remote, [])
         self._assigned_at = 0.0
+        self._appended = asyncio.Event()  # set by append: wakes the worker loop
+        self._committed = asyncio.Event()  # set (and replaced) after the worker committed
         self._loop = asyncio.get_running_loop().create_task(self._consume_forever())
 
     def _open(self, embedder: Embedder | None, partitions: list[int]) -> IngestWorker:
@@ -119,9 +135,14 @@ class Ingest:
                 if time.monotonic() - self._assigned_at >= ASSIGN_EVERY_S:
                     await self.worker_thread.run(self._rebalance)
                     self._assigned_at = time.monotonic()
-                done = await self.worker_thread.run(self.worker.poll, 64, 0.0)
-                if not done:
-                    await asyncio.sleep(POLL_TIMEOUT_S)
+                self._appended.clear()  # appends from now on wake the wait below
+                done = await self.worker_thread.run(self.worker.poll, READ_BATCH, 0.0)
+                if done:
+                    committed, self._committed = self._committed, asyncio.Event()
+                    committed.set()  # wakes wait_processed
+                else:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._appended.wait(), POLL_TIMEOUT_S)
             except Exception:
                 log.exception("ingest batch failed; retrying from the committed offset")
                 await asyncio.sleep(RETRY_S)
@@ -146,6 +167,7 @@ class Ingest:
             for k, d in zip(keys, docs, strict=True)
         ]
         offsets = await self.accepting.run(self._append, records)
+        self._appended.set()
         return [
             {"source": d.source, "doc_id": d.doc_id, "partition": r[0], "offset": o}
             for d, r, o in zip(docs, records, offsets, strict=True)
@@ -160,13 +182,36 @@ class Ingest:
         key = doc_key(tenant, source, doc_id)
         partition = partition_for_key(key, self.topics.docs_partitions)
         (offset,) = await self.accepting.run(self._append, [(partition, key, None)])
+        self._appended.set()
         return {"source": source, "doc_id": doc_id, "partition": partition, "offset": offset}
+
+    async def batch_traces(self) -> list[dict[str, Any]]:
+        """The worker's latest batches and when each step ended (ingest.worker.BatchTrace)."""
+        return await self.worker_thread.run(lambda: [asdict(t) for t in self.worker.traces])
 
     async def processed(self, partition: int) -> int:
         """The next `docs` offset of `partition` the workers have not yet committed."""
         return await self.accepting.run(
             self.log.committed, self.topics.group, self.topics.docs, partition
         )
+
+    async def wait_processed(self, needed: dict[int, int], timeout_s: float) -> bool:
+        """Whether the workers committed every `docs` partition of `needed` up to its offset
+        (partition -> offset) within `timeout_s`. The log's committed offsets decide; they are
+        checked again when this replica's worker commits, and every RECHECK_S for the
+        partitions other Ingest replicas consume."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            committed = self._committed  # taken before checking: a commit meanwhile sets it
+            behind = [p for p, offset in needed.items() if await self.processed(p) < offset]
+            if not behind:
+                return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(committed.wait(), min(remaining, RECHECK_S))
+            needed = {p: needed[p] for p in behind}
 
     async def chunk_ends(self) -> list[int]:
         """Per `chunks` partition, the offset after its last record: what a view must have

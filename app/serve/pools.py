@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
@@ -54,12 +54,21 @@ class RerankerPool:
 class RemoteEmbedder:
     """Embedder protocol over a QueryEmbedder/IngestEmbedder deployment (blocking calls).
     Query-time calls fail over (app.serve.failover); embedding passages for ingest does not:
-    a batch may take long, and a failed batch is retried from the committed offset anyway."""
+    a batch may take long, and a failed batch is retried from the committed offset anyway.
+    `count_tokens`, when given, counts here instead of in the pool (the chunker calls it for
+    every piece of every document: a remote call each would cost more than the count)."""
 
-    def __init__(self, handle: DeploymentHandle, identity: ModelIdentity, max_seq: int) -> None:
+    def __init__(
+        self,
+        handle: DeploymentHandle,
+        identity: ModelIdentity,
+        max_seq: int,
+        count_tokens: Callable[[str], int] | None = None,
+    ) -> None:
         self.handle = handle
         self.identity = identity
         self.max_seq_length = max_seq
+        self._count_tokens = count_tokens
 
     def embed_queries(self, texts: Sequence[str]) -> Vectors:
         rows = failover.call_all([partial(self.handle.embed_query.remote, t) for t in texts])
@@ -69,6 +78,8 @@ class RemoteEmbedder:
         return self.handle.embed_passages.remote(list(texts)).result()
 
     def count_tokens(self, text: str) -> int:
+        if self._count_tokens is not None:
+            return self._count_tokens(text)
         return int(failover.call(partial(self.handle.count_tokens.remote, text)))
 
 

@@ -35,6 +35,7 @@ from ragindex.types import Document
 SEARCH_THREADS = 4
 ANSWER_THREADS = 2
 WAIT_POLL_S = 0.02
+WAIT_SLICE_S = 0.5  # the longest one wait_processed call holds a request slot of Ingest
 
 
 class Router:
@@ -119,11 +120,11 @@ class Router:
         needed: dict[int, int] = {}
         for a in accepted:
             needed[a["partition"]] = max(needed.get(a["partition"], 0), a["offset"] + 1)
-        for partition, offset in needed.items():
-            while await self.ingest.processed.remote(partition) < offset:
-                if time.monotonic() > deadline:
-                    return False
-                await asyncio.sleep(WAIT_POLL_S)
+        # Ingest answers as soon as its worker commits them; in slices, so that a waiting
+        # writer never holds one of Ingest's few request slots (appends need them) for long.
+        while not await self.ingest.wait_processed.remote(needed, WAIT_SLICE_S):
+            if time.monotonic() > deadline:
+                return False
         ends: list[int] = await self.ingest.chunk_ends.remote()
         while True:
             if await self.views.run(self.side.applied, ends):

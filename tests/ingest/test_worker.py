@@ -138,6 +138,69 @@ def test_failed_commit_is_redone_exactly_once(tmp_path: Path, minilm: Embedder) 
     assert counts and set(counts.values()) == {1}
 
 
+class FailOnce:
+    """Fault injection: the first append_and_commit fails, as a lost broker would; the later
+    ones go through."""
+
+    def __init__(self, log: Log) -> None:
+        self.log = log
+        self.failed = False
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.log, name)
+
+    def append_and_commit(self, *args: object, **kwargs: object) -> list[int]:
+        if not self.failed:
+            self.failed = True
+            raise BackendUnavailable("log unavailable (injected)")
+        return self.log.append_and_commit(*args, **kwargs)  # type: ignore[arg-type]
+
+
+def test_the_same_worker_redoes_a_failed_batch_from_the_committed_offsets(
+    tmp_path: Path, minilm: Embedder
+) -> None:
+    """A worker remembers where it reads next; after a failed commit it reads the committed
+    offsets again, so the retried batch (the Ingest loop's retry) is neither skipped nor doubled."""
+    log = open_log(tmp_path / "log")
+    put(log, "acme", [doc(i) for i in range(6)])
+    worker = IngestWorker(FailOnce(log), TOPICS, minilm, ChunkingSpec(), range(3))  # type: ignore[arg-type]
+    with pytest.raises(BackendUnavailable):
+        worker.poll()
+    while worker.poll():
+        pass
+    assert worker.lag() == 0
+    counts = Counter(k for k, _ in chunk_records(log))
+    assert len(counts) >= 6 and set(counts.values()) == {1}
+
+
+def test_one_poll_embeds_every_partition_together_and_traces_its_steps(
+    tmp_path: Path, minilm: Embedder
+) -> None:
+    """Documents spread over every partition are embedded in one batch and each partition is
+    committed with its own offset; the poll's trace says what it held and when each step ended."""
+    log = open_log(tmp_path / "log")
+    docs = [doc(i) for i in range(9)]
+    put(log, "acme", docs)
+    spread = {partition_for_key(doc_key("acme", d.source, d.doc_id), 3) for d in docs}
+    assert spread == {0, 1, 2}  # the test needs every partition to hold some
+    worker = IngestWorker(log, TOPICS, minilm, ChunkingSpec(), range(3))
+    before = time.time()
+    assert worker.poll() == 9
+    (trace,) = worker.traces
+    assert trace.partitions == (0, 1, 2) and trace.records == 9
+    assert trace.embedded == len(live_chunks(log)) >= 9
+    assert (
+        before
+        <= trace.started_at
+        <= trace.read_at
+        <= trace.planned_at
+        <= trace.embedded_at
+        <= trace.committed_at
+    )
+    assert all(log.committed(INGEST_GROUP, TOPICS.docs, p) > 0 for p in range(3))
+    assert worker.poll() == 0 and len(worker.traces) == 1  # an empty poll leaves no trace
+
+
 _WORKER = """
 import sys
 from pathlib import Path

@@ -19,7 +19,7 @@ from ragindex.config import EmbedderSpec, RagIndexSpec
 from ragindex.errors import BackendUnavailable, InvalidInput
 from ragindex.generations import changed_generation_fields
 from ragindex.models.embedder import SentenceTransformerEmbedder, load_embedder, resolve_model_path
-from ragindex.models.onnx_embedder import OnnxEmbedder, onnx_cache_root
+from ragindex.models.onnx_embedder import OnnxEmbedder, TokenCounter, onnx_cache_root
 
 TEXTS = [
     "Boundary layer transition on a flat plate at supersonic speeds.",
@@ -91,6 +91,13 @@ def test_count_tokens_matches_the_torch_tokenizer(
 ) -> None:
     for text in ["", "hello world", "Hello, world!", "aerodynamics " * 400, *TEXTS]:
         assert onnx_fp32.count_tokens(text) == st_embedder.count_tokens(text)
+
+
+def test_the_token_counter_alone_counts_as_the_embedder(onnx_fp32: OnnxEmbedder) -> None:
+    """What an Ingest replica chunks with while a pool embeds: no weights, the same counts."""
+    counter = TokenCounter(resolve_model_path(RagIndexSpec().embedder.model))
+    for text in ["", "hello world", "Hello, world!", "aerodynamics " * 400, *TEXTS]:
+        assert counter(text) == onnx_fp32.count_tokens(text)
 
 
 def test_switching_torch_to_onnx_fp32_keeps_the_generation_int8_does_not() -> None:

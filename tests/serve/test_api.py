@@ -497,3 +497,19 @@ def test_acls_and_filters_inside_every_leg_over_http(
     assert {"filter", "principals"} <= set(schemas["SearchRequest"]["properties"])
     assert "acl" in schemas["DocumentIn"]["properties"]
     assert schemas["MetadataRange"]["properties"]["field"]["pattern"]
+
+
+def test_replicas_run_at_the_priority_of_the_process_that_started_ray(served: ServedApp) -> None:
+    """Ray's default would start them at niceness 15, behind every other process on the box."""
+    import psutil
+
+    def is_replica(proc: psutil.Process) -> bool:
+        try:
+            return proc.cmdline()[:1] != [] and "ServeReplica" in proc.cmdline()[0]
+        except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+            return False
+
+    me = psutil.Process()
+    replicas = [p for p in me.children(recursive=True) if is_replica(p)]
+    assert replicas, "no Serve replica among this process's children"
+    assert {p.nice() for p in replicas} == {me.nice()}
