@@ -7,9 +7,10 @@ was answered per second, and the saturation throughput is the highest one among 
 before the first whose p99 passed the bound (None when the first did).
 
 Memory: resident set sizes (and proportional set sizes, which count a shared page once) of
-every process the runtime started: Ray's own (GCS, raylet, dashboard, ...) and the Serve
-replicas (ours), i.e. every descendant of this process but those named to exclude (the
-benchmark's Elasticsearch).
+every process the runtime started, one row each: Ray's own (GCS, raylet, agents, the
+dashboard when on) and Serve's (controller, proxy, our replicas), i.e. every descendant of this
+process but those named to exclude (servers the benchmark started beside Ray:
+Elasticsearch, Kafka).
 """
 
 from __future__ import annotations
@@ -23,14 +24,13 @@ from contextlib import contextmanager
 from typing import Any
 
 import httpx
-import psutil
 
+from ragindex.app.resources import runtime_memory
 from ragindex.measure import percentile
 
 P99_BOUND_MS = 40.0
 LEVEL_S = 5.0
 CLIENT_LEVELS = (1, 2, 4, 8)
-MB = 1024 * 1024
 
 
 def saturation_qps(levels: Sequence[dict[str, Any]], p99_bound_ms: float) -> float | None:
@@ -118,39 +118,22 @@ def ramp(
     }
 
 
-def runtime_memory(exclude: Sequence[int] = ()) -> dict[str, float]:
-    """Summed RSS and PSS (MB) of every live descendant of this process but `exclude`'s trees."""
-    skipped = set(exclude)
-    for pid in exclude:
-        try:
-            skipped |= {c.pid for c in psutil.Process(pid).children(recursive=True)}
-        except psutil.NoSuchProcess:
-            continue
-    rss = pss = 0
-    count = 0
-    for proc in psutil.Process().children(recursive=True):
-        if proc.pid in skipped:
-            continue
-        try:
-            info = proc.memory_full_info()
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-        rss += info.rss
-        pss += getattr(info, "pss", info.rss)
-        count += 1
-    return {"processes": count, "rss_mb": round(rss / MB, 1), "pss_mb": round(pss / MB, 1)}
+def served_memory(exclude: Sequence[int] = ()) -> dict[str, Any]:
+    """The runtime's memory: every descendant of this process (the driver, which holds the
+    benchmark's own in-process engine, is left out) but `exclude`'s trees, per process."""
+    return runtime_memory(include_root=False, exclude=exclude)
 
 
 class PeakMemory:
-    """The largest runtime_memory seen over several samples (taken while under load)."""
+    """The largest served_memory seen over several samples (taken while under load)."""
 
     def __init__(self, exclude: Sequence[int] = ()) -> None:
         self.exclude = list(exclude)
-        self.peak: dict[str, float] = {}
+        self.peak: dict[str, Any] = {}
 
     def sample(self) -> None:
-        now = runtime_memory(self.exclude)
-        if now["rss_mb"] > self.peak.get("rss_mb", -1.0):
+        now = served_memory(self.exclude)
+        if now["rss_mib"] > self.peak.get("rss_mib", -1.0):
             self.peak = now
 
 

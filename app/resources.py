@@ -10,6 +10,7 @@ PSS splits it among them, so its sum is what the tree really takes. Both are rep
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any
 
 import psutil
@@ -37,14 +38,23 @@ def loads_torch(proc: psutil.Process) -> bool:
     return any(TORCH_LIBRARY in m.path for m in proc.memory_maps(grouped=True))
 
 
-def runtime_memory(root_pid: int | None = None, include_root: bool = True) -> dict[str, Any]:
+def runtime_memory(
+    root_pid: int | None = None, include_root: bool = True, exclude: Sequence[int] = ()
+) -> dict[str, Any]:
     """Total RSS and PSS (MiB) of `root_pid` (default: this process) and its descendants,
     with one row per process (role, RSS, PSS, whether it loaded torch), largest first.
-    `include_root=False` leaves out the root, e.g. a benchmark driver's own in-process engine."""
+    `include_root=False` leaves out the root, e.g. a benchmark driver's own in-process engine;
+    `exclude` leaves out those processes and theirs (servers a benchmark started beside Ray)."""
     root = psutil.Process(root_pid or os.getpid())
+    skipped = set(exclude)
+    for pid in exclude:
+        try:
+            skipped |= {c.pid for c in psutil.Process(pid).children(recursive=True)}
+        except psutil.NoSuchProcess:
+            continue
     procs = ([root] if include_root else []) + root.children(recursive=True)
     rows = []
-    for proc in procs:
+    for proc in (p for p in procs if p.pid not in skipped):
         try:
             info = proc.memory_full_info()
             rows.append(
@@ -56,8 +66,8 @@ def runtime_memory(root_pid: int | None = None, include_root: bool = True) -> di
                     "torch": loads_torch(proc),
                 }
             )
-        except (psutil.NoSuchProcess, psutil.ZombieProcess):
-            continue  # ended while we looked: it holds nothing now
+        except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+            continue  # ended while we looked (it holds nothing now), or not ours to read
     rows.sort(key=lambda r: -r["rss_mib"])
     return {
         "rss_mib": round(sum(r["rss_mib"] for r in rows), 1),

@@ -1,7 +1,9 @@
 """`ragindex serve`, `ragindex token create` and `ragindex bench serve`.
 
-`serve` starts a local Ray (2 CPUs, dashboard on 127.0.0.1:8265 so Serve's REST API works;
-`RAGINDEX_DASHBOARD_PORT` moves it) and the application on 127.0.0.1, then waits for
+`serve` starts a local Ray (2 CPUs; without Ray's dashboard, whose processes held a third of
+the runtime's memory and which nothing here needs: `RAGINDEX_DASHBOARD=1` starts it on
+127.0.0.1:8265 for its UI, its job and Serve REST APIs, `RAGINDEX_DASHBOARD_PORT` moves it)
+and the application on 127.0.0.1, then waits for
 SIGINT/SIGTERM and shuts Serve and Ray down. With one Router replica (the default) the Router
 serves `--port` itself (Ray Serve's direct ingress: no proxy hop); with more, Serve's proxy
 does and balances over them.
@@ -37,6 +39,7 @@ DASHBOARD_PORT = 8265
 RAY_TOKEN_FILE = "ray_auth_token"
 RAY_START_ATTEMPTS = 3
 DASHBOARD_PORT_ENV = "RAGINDEX_DASHBOARD_PORT"
+DASHBOARD_ENV = "RAGINDEX_DASHBOARD"
 DIRECT_INGRESS_ENV = "RAGINDEX_DIRECT_INGRESS"
 
 
@@ -51,6 +54,17 @@ def dashboard_port() -> int:
     if not 0 < port < 65536:
         raise InvalidInput(f"RAGINDEX_DASHBOARD_PORT must be in 1..65535, got {port}")
     return port
+
+
+def dashboard_enabled() -> bool:
+    """Whether `ragindex serve` starts Ray's dashboard: only when RAGINDEX_DASHBOARD=1. Serve
+    deploys, reports status and serves without it (the app talks to Serve's controller);
+    its UI, job submission and Serve REST API (what `--runtime local` of the operator PUTs
+    to) live there, at the cost of ~1 GB of RSS in 12 processes on this box."""
+    raw = os.environ.get(DASHBOARD_ENV, "0")
+    if raw not in ("0", "1"):
+        raise InvalidInput(f"{DASHBOARD_ENV} must be 0 or 1, got {raw!r}")
+    return raw == "1"
 
 
 def ensure_ray_token(data_dir: Path) -> Path:
@@ -173,7 +187,7 @@ def start_local(
             ray.init(
                 address="local",  # a new Ray of our own, never another user's `ray start` cluster
                 num_cpus=RAY_CPUS if runtime == "local" else CLUSTER_LOGICAL_CPUS,
-                include_dashboard=True,
+                include_dashboard=dashboard_enabled(),
                 dashboard_host="127.0.0.1",
                 dashboard_port=dashboard_port(),
                 log_to_driver=False,

@@ -35,7 +35,7 @@ from ragindex.app.serve.data_plane import (
 )
 from ragindex.app.serve.pools import RemoteEmbedder
 from ragindex.app.serve.progress import ProgressReporter, running_replicas, this_replica
-from ragindex.app.serve.threads import ReplicaThread, limit_threads
+from ragindex.app.serve.threads import ReplicaThread, limit_threads, release_free_heap
 from ragindex.config import ONNX_BACKENDS, RagIndexSpec
 from ragindex.errors import BackendUnavailable, InvalidInput
 from ragindex.generations import index_generation
@@ -110,10 +110,15 @@ class Ingest:
         )
 
     def _rebalance(self) -> None:
-        """Take this replica's share of the partitions among the running Ingest replicas."""
+        """Take this replica's share of the partitions among the running Ingest replicas;
+        a change rebuilt the manifest from the chunks topic: give back what that replay
+        freed (#16)."""
         app, me = this_replica()
         running = running_replicas(app, [INGEST]).get(INGEST, set())
+        before = list(self.worker.partitions)
         self.worker.assign(assigned_partitions(me, running, self.topics.docs_partitions))
+        if self.worker.partitions != before:
+            release_free_heap()
         if self.reporter is not None:
             self.reporter.report(
                 {

@@ -20,7 +20,7 @@ from ragindex.app.serve.data_plane import open_log, plane_topics, replica_dir, r
 from ragindex.app.serve.generation_report import generation_report
 from ragindex.app.serve.pools import RemoteEmbedder
 from ragindex.app.serve.query_side import ClusterQuerySide, LocalQuerySide, QuerySide
-from ragindex.app.serve.threads import ReplicaThread, refresh_forever
+from ragindex.app.serve.threads import ReplicaThread, refresh_forever, release_free_heap
 from ragindex.config import RagIndexSpec
 from ragindex.errors import BackendUnavailable
 from ragindex.generations import index_generation
@@ -79,6 +79,7 @@ class Router:
         self._refresher = asyncio.get_running_loop().create_task(
             refresh_forever(self.views, self.side.refresh, "refresh failed")
         )
+        self._heap_trimmed = False
 
     def __serve_build_asgi_app__(self) -> Any:
         return create_app(self, self.verifier, limits=self.spec.limits)
@@ -147,6 +148,9 @@ class Router:
         ok, why = self.side.readiness()
         if not ok:
             return False, why
+        if not self._heap_trimmed:  # the views replayed the log: give back what that freed
+            await self.views.run(release_free_heap)  # (#16: glibc keeps it mapped otherwise)
+            self._heap_trimmed = True
         try:
             writable = await asyncio.wait_for(self.ingest.writable.remote(), timeout=2.0)
         except Exception as err:

@@ -8,6 +8,8 @@ are not shared across threads, and one intra-op thread per replica is what 2 cor
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import ctypes.util
 import logging
 import os
 import sys
@@ -33,6 +35,20 @@ def limit_threads() -> None:
     if torch is not None:
         torch.set_num_threads(1)
     faiss.omp_set_num_threads(1)
+
+
+def release_free_heap() -> bool:
+    """Hand the C heap's free pages back to the OS (glibc's malloc_trim; False elsewhere).
+
+    Replaying the log allocates and frees far more than a replica keeps (every record's
+    vector and text pass through), and glibc keeps what was freed mapped: the replica's RSS
+    stays at the replay's high-water mark. Call it when a burst of work is over, not per
+    request (it walks the heap under malloc's lock)."""
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return False
+    trim = getattr(ctypes.CDLL(name), "malloc_trim", None)
+    return bool(trim(0)) if trim is not None else False
 
 
 class ReplicaThread:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import psutil
+
 from ragindex.app.resources import runtime_memory
 
 # The child sleeps until the test kills it.
@@ -35,3 +37,21 @@ def test_it_sums_the_tree_and_sees_torch() -> None:
         for proc in (plain, with_torch):
             proc.kill()
             proc.wait(timeout=10)
+
+
+def test_excluded_processes_and_theirs_are_left_out() -> None:
+    # a child that started a grandchild: excluding the child leaves out both
+    parent = _child(
+        "import subprocess\n"
+        "grandchild = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(900)'])"
+    )
+    try:
+        seen = {r["pid"] for r in runtime_memory(include_root=False)["processes"]}
+        assert parent.pid in seen and len(seen) >= 2
+        left = runtime_memory(include_root=False, exclude=[parent.pid])["processes"]
+        assert not {r["pid"] for r in left} & seen
+    finally:
+        for grandchild in psutil.Process(parent.pid).children():
+            grandchild.kill()
+        parent.kill()
+        parent.wait(timeout=10)

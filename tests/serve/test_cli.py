@@ -1,4 +1,4 @@
-"""`ragindex serve`'s pure settings: dashboard port and builder args."""
+"""`ragindex serve`'s pure settings: the dashboard switch and port, and builder args."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from ragindex.app.serve import parse_args
 from ragindex.app.serve_cli import (
     DASHBOARD_PORT,
     app_args,
+    dashboard_enabled,
     dashboard_port,
     direct_ingress_environment,
     uses_direct_ingress,
@@ -30,6 +31,16 @@ def test_bad_dashboard_port_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, ra
     monkeypatch.setenv("RAGINDEX_DASHBOARD_PORT", raw)
     with pytest.raises(InvalidInput, match="RAGINDEX_DASHBOARD_PORT"):
         dashboard_port()
+
+
+def test_the_dashboard_is_off_unless_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RAGINDEX_DASHBOARD", raising=False)
+    assert not dashboard_enabled()
+    monkeypatch.setenv("RAGINDEX_DASHBOARD", "1")
+    assert dashboard_enabled()
+    monkeypatch.setenv("RAGINDEX_DASHBOARD", "yes")
+    with pytest.raises(InvalidInput, match="RAGINDEX_DASHBOARD must be 0 or 1"):
+        dashboard_enabled()
 
 
 def test_cli_args_are_what_the_builder_accepts(tmp_path: Path) -> None:

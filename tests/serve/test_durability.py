@@ -26,6 +26,7 @@ from typing import Any
 import httpx
 import pytest
 
+from ragindex.app.resources import runtime_memory
 from ragindex.netutil import free_port
 from ragindex.router.auth import create_token
 
@@ -33,7 +34,7 @@ pytestmark = [pytest.mark.serve, pytest.mark.slow]
 
 BATCH = 4
 MIN_ACKED = 5 * BATCH
-READY_TIMEOUT_S = 360.0  # Ray + dashboard + two MiniLM replicas on a loaded 2-core box
+READY_TIMEOUT_S = 360.0  # Ray + two MiniLM replicas on a loaded 2-core box
 CATCH_UP_S = 180.0
 RAGINDEX = Path(sys.executable).with_name("ragindex")
 
@@ -98,6 +99,10 @@ class Server:
             f"ragindex serve was not ready in {READY_TIMEOUT_S} s:\n{self.log_tail()}"
         )
 
+    def roles(self) -> list[str]:
+        """What each process of the runtime is (the CLI's tree: Ray's and Serve's)."""
+        return [row["role"] for row in runtime_memory(self.proc.pid)["processes"]]
+
     def log_tail(self) -> str:
         return self.log.read_text(errors="replace")[-3000:]
 
@@ -138,6 +143,10 @@ def test_acknowledged_chunks_survive_kill_9(tmp_path: Path) -> None:
     stop = threading.Event()
     try:
         server.wait_ready()
+        # the default runtime (#16): no dashboard modules (~1 GB of RSS), Serve without them
+        roles = server.roles()
+        assert not [r for r in roles if "dashboard-" in r], roles
+        assert any("Router" in r for r in roles) and any("Ingest" in r for r in roles), roles
 
         def ingest() -> None:
             n = 0

@@ -1,7 +1,8 @@
 """`ragindex serve` runs Ray with token authentication: a job without the data directory's
 token is refused, the API still serves (issue #14: the local runtime forced auth off, so anyone
 who reached Ray's ports could run code that reads every tenant's chunks). Its one Router
-replica answers the documented port itself, on loopback (direct ingress, #16)."""
+replica answers the documented port itself, on loopback (direct ingress, #16). Ray's dashboard
+(off by default) is switched on here: its job API is the HTTP door that auth must close."""
 
 from __future__ import annotations
 
@@ -44,6 +45,7 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     log = data_dir.parent / "serve.log"
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env["RAY_AUTH_MODE"] = "disabled"  # what the old runtime forced: serve must turn it on
+    env["RAGINDEX_DASHBOARD"] = "1"  # off by default (#16); its job API is where auth shows
     env["RAGINDEX_DASHBOARD_PORT"] = str(dashboard_port)
     with log.open("ab") as out:
         proc = subprocess.Popen(
