@@ -280,11 +280,14 @@ def test_example_is_applied_owned_and_follows_edits(
         assert meta["labels"]["ragindex.dev/index"] == "docs"
     assert es["spec"]["nodeSets"][0]["count"] == 3
     assert serve_deployments(rs) >= {"Shard0", "Shard3", "Reranker", "QueryEmbedder"}
-    # The log: two compacted topics (docs, chunks partitioned by dense shard), no manifest topic.
-    assert len(topics) == 2
+    # The log: two compacted topics (docs, chunks partitioned by dense shard), no manifest
+    # topic, and the shard snapshots (one partition per shard, truncated by the publisher).
+    assert len(topics) == 3
     chunks = topics[f"ragindex.{ns}.docs.chunks.{gen}"]["spec"]
     assert (chunks["partitions"], chunks["replicas"]) == (4, 3)
     assert chunks["config"]["cleanup.policy"] == "compact"
+    snapshots = topics[f"ragindex.{ns}.docs.snapshots.{gen}"]["spec"]
+    assert (snapshots["partitions"], snapshots["config"]["cleanup.policy"]) == (4, "delete")
     # No claim at all, so none that needs ReadWriteMany; Ray auth is on.
     assert list(client.list(PersistentVolumeClaim, namespace=ns)) == []
     assert rs["spec"]["rayClusterConfig"]["authOptions"] == {"mode": "token"}
