@@ -687,7 +687,7 @@ def _run(
 
     # Ray fixes its auth mode when first imported: the serve environment goes first.
     os.environ.pop("RAY_AUTH_TOKEN", None)
-    os.environ.update(ray_environment(data_dir))
+    os.environ.update(ray_environment(data_dir, "cluster" if shard_replicas else "local"))
     free_dashboard_port()
     from ragindex.app.serve.data_plane import DEFAULT_NAMESPACE, open_log, plane_topics
     from ragindex.app.serve.query_side import LocalQuerySide

@@ -82,19 +82,22 @@ def ensure_ray_token(data_dir: Path) -> Path:
     return path
 
 
-def ray_environment(data_dir: Path) -> dict[str, str]:
+def ray_environment(data_dir: Path, runtime: Runtime = "local") -> dict[str, str]:
     """Environment for an offline local Ray with token authentication, the token in the data
     directory (FIELD-NOTES: usage stats off; the token file must exist before ray.init).
 
-    Ray starts its workers, so every Serve replica, at niceness 15 unless told otherwise; here
-    the replicas are the service, so they run at the priority of the process that started them:
-    at 15 any other process on the machine takes the cores first (`ragindex bench serve`, box at
-    load ~10: Ingest embedded at 0.74x of the raw embedder's rate, at niceness 0 0.97x)."""
+    Ray starts its workers, so every Serve replica, at niceness 15 unless told otherwise. In the
+    embedded runtime the replicas are the service, so they run at the priority of the process
+    that started them: at 15 any other process on the machine takes the cores first (`ragindex
+    bench serve`, box at load ~10: Ingest embedded at 0.74x of the raw embedder's rate, at
+    niceness 0 0.97x). The cluster layout on one machine keeps Ray's 15: its Kafka broker runs
+    beside the replicas, and at equal priority their work starved it (the 100 k bench lost the
+    broker in two runs of two at 0, in none at 15)."""
     return {
         "RAY_USAGE_STATS_ENABLED": "0",
         "RAY_AUTH_MODE": "token",
         "RAY_AUTH_TOKEN_PATH": str(ensure_ray_token(data_dir)),
-        "RAY_worker_niceness": "0",
+        "RAY_worker_niceness": "0" if runtime == "local" else "15",
     }
 
 
@@ -169,7 +172,7 @@ def start_local(
     deployments each ask for a whole CPU, so Ray is given CLUSTER_LOGICAL_CPUS for it.
     """
     os.environ.pop("RAY_AUTH_TOKEN", None)  # would win over the data directory's token file
-    os.environ.update(ray_environment(data_dir))
+    os.environ.update(ray_environment(data_dir, runtime))
     for key in direct_ingress_environment(port):  # Ray reads them when its processes start
         os.environ.pop(key, None)
     proxy_port = port

@@ -13,10 +13,18 @@ from ragindex.app.serve_cli import (
     dashboard_enabled,
     dashboard_port,
     direct_ingress_environment,
+    ray_environment,
     uses_direct_ingress,
 )
 from ragindex.config import RagIndexSpec
 from ragindex.errors import InvalidInput
+
+
+def test_replicas_run_at_normal_priority_only_in_the_embedded_runtime(tmp_path: Path) -> None:
+    # Embedded: the replicas are the service. The one-machine cluster layout shares the box with
+    # its Kafka broker, which Ray's default (15) keeps ahead of the replicas.
+    assert ray_environment(tmp_path)["RAY_worker_niceness"] == "0"
+    assert ray_environment(tmp_path, "cluster")["RAY_worker_niceness"] == "15"
 
 
 def test_dashboard_port_defaults_and_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
