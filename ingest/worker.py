@@ -278,6 +278,11 @@ class IngestWorker:
         )
         return done
 
+    def committed_offsets(self) -> dict[int, int]:
+        """Per owned partition, the offset this worker's commits reached (the log is asked only
+        where it does not know yet)."""
+        return {p: self._next_offset(p) for p in self.partitions}
+
     def _next_offset(self, partition: int) -> int:
         """Where this worker reads `partition` next: its committed offset, read from the log
         once (after a claim, or a failed commit) and then advanced by its own commits."""

@@ -120,12 +120,7 @@ class Ingest:
         if self.worker.partitions != before:
             release_free_heap()
         if self.reporter is not None:
-            self.reporter.report(
-                {
-                    p: self.log.committed(self.topics.group, self.topics.docs, p)
-                    for p in self.worker.partitions
-                }
-            )
+            self.reporter.report(self.worker.committed_offsets())
 
     async def _consume_forever(self) -> None:
         """Rebalance now and then; poll and process; a failed batch (log down) is retried from
