@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -103,6 +103,30 @@ class BatchTrace:
     committed_at: float  # every partition's chunks and offset committed
 
 
+@dataclass(frozen=True)
+class WorkerProgress:
+    """What a worker has committed, replaced whole after every change so that other threads
+    (a `?wait=true` on Ingest's request thread) read it without a lock while a batch embeds.
+
+    It answers a wait from memory where it can: a view that applied `chunk_ends` has applied
+    every chunk this worker committed, so also those of any `docs` record this worker
+    processed. Asking the log instead costs a tail read per chunks partition (on Kafka one
+    fetch round trip each, ~0.2 s)."""
+
+    next_offsets: Mapping[int, int] = field(default_factory=dict)  # docs partition -> next
+    since: Mapping[int, int] = field(default_factory=dict)  # docs partition -> first it read
+    chunk_ends: tuple[int, ...] = ()  # chunks partition -> after its last record committed here
+
+    def processes(self, partition: int, offset: int) -> bool:
+        """Whether the `docs` record before `offset` is (or will be) processed by this worker:
+        it owns the partition and took it over at or before that record."""
+        since = self.since.get(partition)
+        return since is not None and since < offset
+
+    def processed(self, partition: int, offset: int) -> bool:
+        return self.next_offsets.get(partition, 0) >= offset
+
+
 @dataclass
 class _Plan:
     """What one partition's batch changes, before it is embedded and committed."""
@@ -176,6 +200,9 @@ class IngestWorker:
         self.group = group or topics.group
         self.traces: deque[BatchTrace] = deque(maxlen=TRACES)
         self._next: dict[int, int] = {}  # partition -> the offset this worker reads next
+        self._since: dict[int, int] = {}  # partition -> where this worker began reading it
+        self._chunk_ends = [0] * topics.shards
+        self.progress = WorkerProgress(chunk_ends=tuple(self._chunk_ends))
         self._committer = ThreadPoolExecutor(COMMIT_THREADS, thread_name_prefix="ingest-commit")
         for p in self.partitions:
             log_.claim(self.group, topics.docs, p)
@@ -195,6 +222,7 @@ class IngestWorker:
         kept = set(wanted)
         for p in [*gained, *(q for q in self._next if q not in kept)]:
             self._next.pop(p, None)
+            self._since.pop(p, None)
         for doc in [d for d in self.manifest if self._docs_partition(d) not in kept]:
             del self.manifest[doc]
             self.versions.pop(doc, None)
@@ -202,6 +230,7 @@ class IngestWorker:
         self.manifest.update(manifest)
         self.versions.update(versions)
         self.partitions = wanted
+        self._publish_progress()
 
     def _docs_partition(self, doc: DocKey) -> int:
         return partition_for_key(doc.encode(), self.topics.docs_partitions)
@@ -254,16 +283,22 @@ class IngestWorker:
         # Side by side: on Kafka each partition's transaction waits on the broker.
         outcomes = list(self._committer.map(self._try_commit, jobs))
         done = 0
-        for (p, records, _, _), error in zip(jobs, outcomes, strict=True):
-            if error is None:
+        for (p, records, _, _), outcome in zip(jobs, outcomes, strict=True):
+            if not isinstance(outcome, BaseException):
                 done += len(records)
-            elif isinstance(error, WriterFenced):  # another worker claimed it: it carries on
-                log.warning("letting docs partition %d go: %s", p, error)
+                for shard, end in outcome.items():
+                    self._chunk_ends[shard] = max(self._chunk_ends[shard], end)
+            elif isinstance(outcome, WriterFenced):  # another worker claimed it: it carries on
+                log.warning("letting docs partition %d go: %s", p, outcome)
                 self.assign([q for q in self.partitions if q != p])
-        failed = [e for e in outcomes if e is not None and not isinstance(e, WriterFenced)]
+        failed = [e for e in outcomes if isinstance(e, BaseException)]
+        failed = [e for e in failed if not isinstance(e, WriterFenced)]
         if failed:
             self._next.clear()  # unknown what landed: read the committed offsets again
+            self._since.clear()
+            self._publish_progress()
             raise failed[0]
+        self._publish_progress()
         self.traces.append(
             BatchTrace(
                 partitions=tuple(p for p, _ in batches),
@@ -289,8 +324,11 @@ class IngestWorker:
         offset = self._next.get(partition)
         if offset is None:
             offset = self.log.committed(self.group, self.topics.docs, partition)
-            self._next[partition] = offset
+            self._next[partition] = self._since[partition] = offset
         return offset
+
+    def _publish_progress(self) -> None:
+        self.progress = WorkerProgress(dict(self._next), dict(self._since), tuple(self._chunk_ends))
 
     def _plan(self, records: list[LogRecord]) -> _Plan:
         """What a partition's batch changes: chunks to upsert (to embed) and to tombstone."""
@@ -320,18 +358,20 @@ class IngestWorker:
         plan.tombstones = [key for key, c in final.items() if c is None]
         return plan
 
-    def _try_commit(self, job: tuple[int, list[LogRecord], _Plan, Vectors]) -> BaseException | None:
+    def _try_commit(
+        self, job: tuple[int, list[LogRecord], _Plan, Vectors]
+    ) -> dict[int, int] | BaseException:
         try:
-            self._commit(*job)
+            return self._commit(*job)
         except Exception as err:  # handed back: the poll decides after every partition's
             return err
-        return None
 
     def _commit(
         self, partition: int, records: list[LogRecord], plan: _Plan, vectors: Vectors
-    ) -> None:
+    ) -> dict[int, int]:
         """The plan's chunk records and the partition's new `docs` offset, atomically; then
-        the manifest."""
+        the manifest. Returns, per chunks partition written, the offset after its last
+        record."""
         out: list[tuple[int, bytes, bytes | None]] = [
             (self._shard(tenant, chunk_id), chunk_key(tenant, chunk_id), None)
             for tenant, chunk_id in plan.tombstones
@@ -345,12 +385,15 @@ class IngestWorker:
                 )
             )
         after = records[-1].offset + 1
-        self.log.append_and_commit(
+        offsets = self.log.append_and_commit(
             self.topics.chunks,
             out,
             group=self.group,
             consumed={(self.topics.docs, partition): after},
         )
+        ends: dict[int, int] = {}
+        for (shard, _, _), offset in zip(out, offsets, strict=True):
+            ends[shard] = max(ends.get(shard, 0), offset + 1)
         self._next[partition] = after
         for doc, chunks in plan.changed.items():
             if chunks:
@@ -359,6 +402,7 @@ class IngestWorker:
             else:
                 self.manifest.pop(doc, None)
                 self.versions.pop(doc, None)
+        return ends
 
     def _chunks_of(self, doc: DocKey, record: LogRecord) -> list[Chunk] | None:
         """The document's chunks ([] for a delete); None for a record that cannot be read."""

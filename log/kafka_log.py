@@ -18,7 +18,11 @@
   left open.
 - Reads use an assigned consumer per partition with `isolation.level=read_committed` and no
   auto-commit: aborted records and open transactions are never returned, `end_offset` is the
-  last stable offset. Committed offsets live in Kafka's group offsets.
+  last stable offset. Committed offsets live in Kafka's group offsets. A read knows it is at
+  the end from the end offset the consumer's last fetch brought (every transaction ends in one
+  commit marker, which is never delivered), not only from the partition-EOF event, which
+  comes with the next, empty, fetch: the broker holds that one `fetch.wait.max.ms` (100 ms),
+  and every view's catch-up and every ingest batch would wait that long.
 - Topics are created through the AdminClient; compacted ones with `cleanup.policy=compact`,
   the others keep every record (`retention.ms=-1`) until `truncate` deletes records before an
   offset. A broker that does not answer within `timeout_s` gives `BackendUnavailable`.
@@ -74,6 +78,7 @@ class _Reader:
     lock: threading.Lock
     next_offset: int = -1
     at_end: bool = False
+    answered: bool = False  # a fetch at this position answered: its cached end offset counts
 
 
 class _Stuck(KafkaException):
@@ -537,7 +542,7 @@ class KafkaLog:
         with reader.lock:
             if reader.next_offset != from_offset:
                 reader.consumer.assign([TopicPartition(topic, partition, from_offset)])
-                reader.next_offset, reader.at_end = from_offset, False
+                reader.next_offset, reader.at_end, reader.answered = from_offset, False, False
             return self._fetch(topic, partition, reader, max_records, timeout_s)
 
     def _fetch(
@@ -554,7 +559,7 @@ class KafkaLog:
         polled = False
         while len(out) < max_records:
             now = time.monotonic()
-            if reader.at_end:
+            if reader.at_end or self._fetched_to_end(topic, partition, reader):
                 wait = start + timeout_s - now
                 if out or (polled and wait <= 0):
                     break
@@ -572,11 +577,11 @@ class KafkaLog:
                 error, offset = m.error(), m.offset()
                 if error is None and offset is not None:
                     out.append(LogRecord(partition, offset, m.key() or b"", m.value()))
-                    reader.next_offset, reader.at_end = offset + 1, False
+                    reader.next_offset, reader.at_end, reader.answered = offset + 1, False, True
                 elif error is None:
                     continue
                 elif error.code() == KafkaError._PARTITION_EOF:
-                    reader.at_end = True
+                    reader.at_end = reader.answered = True
                 elif error.code() in _OUT_OF_RANGE:
                     reader.next_offset = -1
                     raise OffsetOutOfRange(
@@ -586,6 +591,17 @@ class KafkaLog:
                 elif error.fatal():
                     raise self._unavailable(f"read {topic}/{partition}", KafkaException(error))
         return out
+
+    @staticmethod
+    def _fetched_to_end(topic: str, partition: int, reader: _Reader) -> bool:
+        """Whether the records before the end offset the consumer's last fetch at this position
+        brought were all delivered: at most the last transaction's commit marker is left."""
+        if not reader.answered:
+            return False
+        _, end = reader.consumer.get_watermark_offsets(
+            TopicPartition(topic, partition), cached=True
+        )
+        return end >= 0 and reader.next_offset >= end - 1
 
     def close(self) -> None:
         with self._mutex:

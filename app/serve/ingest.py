@@ -5,7 +5,8 @@ every runtime appends here); it returns once the log acknowledged, on its own th
 accepting never waits behind embedding. The worker loop consumes this replica's share of the
 `docs` partitions into `chunks.<generation>`, woken at once by this replica's own appends
 (records another Ingest replica appended to its partitions are found within POLL_TIMEOUT_S):
-every ASSIGN_EVERY_S it asks Serve which Ingest
+every ASSIGN_EVERY_S when idle (every ASSIGN_BUSY_S under a steady stream, so that a burst's
+batches follow each other) it asks Serve which Ingest
 replicas run and takes `assigned_partitions` (round robin in replica-id order), claiming the
 ones it gains (fencing their previous owner) and dropping the ones it lost, so autoscaling
 Ingest up or down, or losing a replica, rebalances the partitions within seconds. A replica
@@ -52,8 +53,9 @@ from ragindex.types import ID_PART_RE, Document, validate_tenant
 log = logging.getLogger("ragindex.serve")
 
 POLL_TIMEOUT_S = 0.1
-RECHECK_S = 0.1  # wait_processed checks the log at least this often
-ASSIGN_EVERY_S = 2.0
+RECHECK_S = 0.1  # applied_targets checks the log at least this often
+ASSIGN_EVERY_S = 2.0  # between bursts of batches
+ASSIGN_BUSY_S = 10.0  # while batches keep coming (a rebalance asks Serve's controller, ~0.1 s)
 RETRY_S = 1.0
 WRITABLE_TIMEOUT_S = 1.5
 
@@ -95,6 +97,7 @@ class Ingest:
             remote = RemoteEmbedder(embedder, identity, max_seq, local_token_counter(self.spec))
         self.worker: IngestWorker = await self.worker_thread.run(self._open, remote, [])
         self._assigned_at = 0.0
+        self._idle = True  # the last poll found nothing
         self._appended = asyncio.Event()  # set by append: wakes the worker loop
         self._committed = asyncio.Event()  # set (and replaced) after the worker committed
         self._loop = asyncio.get_running_loop().create_task(self._consume_forever())
@@ -127,14 +130,16 @@ class Ingest:
         its committed offset."""
         while True:
             try:
-                if time.monotonic() - self._assigned_at >= ASSIGN_EVERY_S:
+                since = time.monotonic() - self._assigned_at
+                if since >= (ASSIGN_EVERY_S if self._idle else ASSIGN_BUSY_S):
                     await self.worker_thread.run(self._rebalance)
                     self._assigned_at = time.monotonic()
                 self._appended.clear()  # appends from now on wake the wait below
                 done = await self.worker_thread.run(self.worker.poll, READ_BATCH, 0.0)
+                self._idle = not done
                 if done:
                     committed, self._committed = self._committed, asyncio.Event()
-                    committed.set()  # wakes wait_processed
+                    committed.set()  # wakes applied_targets
                 else:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._appended.wait(), POLL_TIMEOUT_S)
@@ -190,32 +195,35 @@ class Ingest:
             self.log.committed, self.topics.group, self.topics.docs, partition
         )
 
-    async def wait_processed(self, needed: dict[int, int], timeout_s: float) -> bool:
-        """Whether the workers committed every `docs` partition of `needed` up to its offset
-        (partition -> offset) within `timeout_s`. The log's committed offsets decide; they are
-        checked again when this replica's worker commits, and every RECHECK_S for the
-        partitions other Ingest replicas consume."""
+    async def applied_targets(self, needed: dict[int, int], timeout_s: float) -> list[int] | None:
+        """Once the workers committed every `docs` partition of `needed` up to its offset
+        (partition -> offset): per chunks partition, the offset a view must have applied to
+        hold those documents' chunks; None if that did not happen within `timeout_s`.
+
+        Where this replica's worker processes every needed record, its progress answers
+        (ingest.worker.WorkerProgress: checked again as soon as it commits). Otherwise the
+        log's committed offsets decide (checked every RECHECK_S, since another Ingest replica
+        commits those), and the target is the end of each chunks partition."""
         deadline = time.monotonic() + timeout_s
         while True:
             committed = self._committed  # taken before checking: a commit meanwhile sets it
-            behind = [p for p, offset in needed.items() if await self.processed(p) < offset]
-            if not behind:
-                return True
+            progress = self.worker.progress
+            elsewhere = {p: o for p, o in needed.items() if not progress.processes(p, o)}
+            mine = all(progress.processed(p, o) for p, o in needed.items() if p not in elsewhere)
+            if mine and not elsewhere:
+                return list(progress.chunk_ends)
+            if mine and not [p for p, o in elsewhere.items() if await self.processed(p) < o]:
+                return await self.accepting.run(self._chunk_ends)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                return False
+                return None
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(committed.wait(), min(remaining, RECHECK_S))
-            needed = {p: needed[p] for p in behind}
 
-    async def chunk_ends(self) -> list[int]:
+    def _chunk_ends(self) -> list[int]:
         """Per `chunks` partition, the offset after its last record: what a view must have
         applied to be current (Kafka's end offset may sit past a transaction marker)."""
-        return await self.accepting.run(
-            lambda: [
-                applied_target(self.log, self.topics.chunks, s) for s in range(self.topics.shards)
-            ]
-        )
+        return [applied_target(self.log, self.topics.chunks, s) for s in range(self.topics.shards)]
 
     async def writable(self) -> str:
         """ "ok" when the log answers, else why writes would fail now (for /readyz)."""

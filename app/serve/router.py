@@ -35,7 +35,7 @@ from ragindex.types import Document
 SEARCH_THREADS = 4
 ANSWER_THREADS = 2
 WAIT_POLL_S = 0.02
-WAIT_SLICE_S = 0.5  # the longest one wait_processed call holds a request slot of Ingest
+WAIT_SLICE_S = 0.5  # the longest one applied_targets call holds a request slot of Ingest
 
 
 class Router:
@@ -111,7 +111,7 @@ class Router:
 
     async def _wait(self, accepted: list[dict[str, Any]], wait_s: float | None) -> bool | None:
         """Read-your-writes: until the workers committed these `docs` offsets, then until every
-        view applied the chunk offsets that existed at that moment (local: this replica's own;
+        view applied the chunk offsets Ingest names for them (local: this replica's own;
         cluster: every running replica of every shard and of the BM25 view); False at the
         timeout."""
         if wait_s is None:
@@ -122,10 +122,9 @@ class Router:
             needed[a["partition"]] = max(needed.get(a["partition"], 0), a["offset"] + 1)
         # Ingest answers as soon as its worker commits them; in slices, so that a waiting
         # writer never holds one of Ingest's few request slots (appends need them) for long.
-        while not await self.ingest.wait_processed.remote(needed, WAIT_SLICE_S):
+        while (ends := await self.ingest.applied_targets.remote(needed, WAIT_SLICE_S)) is None:
             if time.monotonic() > deadline:
                 return False
-        ends: list[int] = await self.ingest.chunk_ends.remote()
         while True:
             if await self.views.run(self.side.applied, ends):
                 return True

@@ -201,6 +201,31 @@ def test_one_poll_embeds_every_partition_together_and_traces_its_steps(
     assert worker.poll() == 0 and len(worker.traces) == 1  # an empty poll leaves no trace
 
 
+def test_progress_names_the_chunk_offsets_of_what_the_worker_committed(
+    tmp_path: Path, minilm: Embedder
+) -> None:
+    """A wait is answered from the worker's progress: the `docs` records it processed, and per
+    chunks partition the offset after its last chunk record; a record committed before the
+    worker took the partition over is not its to answer for."""
+    log = open_log(tmp_path / "log")
+    put(log, "acme", [doc(i) for i in range(6)])
+    earlier = IngestWorker(log, TOPICS, minilm, ChunkingSpec(), range(3))
+    earlier.poll()
+    before = {p: log.committed(INGEST_GROUP, TOPICS.docs, p) for p in range(3)}
+    worker = IngestWorker(log, TOPICS, minilm, ChunkingSpec(), range(3))
+    put(log, "acme", [doc(i, "Rotor blade flutter. " * 20) for i in range(6)])
+    assert worker.progress.chunk_ends == (0, 0)  # nothing committed by this worker yet
+    assert worker.poll() == 6
+    progress = worker.progress
+    ends = tuple(max(r.offset for r in read_all(log, TOPICS.chunks, s)) + 1 for s in range(2))
+    assert progress.chunk_ends == ends  # the changed documents' new chunks and tombstones
+    for p in range(3):
+        end = log.committed(INGEST_GROUP, TOPICS.docs, p)
+        assert progress.processes(p, end) and progress.processed(p, end)
+        assert not progress.processes(p, before[p])  # the earlier worker's record
+        assert not progress.processed(p, end + 1)
+
+
 _WORKER = """
 import sys
 from pathlib import Path
