@@ -291,8 +291,9 @@ class IngestWorker:
             elif isinstance(outcome, WriterFenced):  # another worker claimed it: it carries on
                 log.warning("letting docs partition %d go: %s", p, outcome)
                 self.assign([q for q in self.partitions if q != p])
-        failed = [e for e in outcomes if isinstance(e, BaseException)]
-        failed = [e for e in failed if not isinstance(e, WriterFenced)]
+        failed = [
+            e for e in outcomes if isinstance(e, BaseException) and not isinstance(e, WriterFenced)
+        ]
         if failed:
             self._next.clear()  # unknown what landed: read the committed offsets again
             self._since.clear()

@@ -205,6 +205,7 @@ class Ingest:
         log's committed offsets decide (checked every RECHECK_S, since another Ingest replica
         commits those), and the target is the end of each chunks partition."""
         deadline = time.monotonic() + timeout_s
+        confirmed: set[int] = set()  # partitions the log showed committed (they stay so)
         while True:
             committed = self._committed  # taken before checking: a commit meanwhile sets it
             progress = self.worker.progress
@@ -212,8 +213,12 @@ class Ingest:
             mine = all(progress.processed(p, o) for p, o in needed.items() if p not in elsewhere)
             if mine and not elsewhere:
                 return list(progress.chunk_ends)
-            if mine and not [p for p, o in elsewhere.items() if await self.processed(p) < o]:
-                return await self.accepting.run(self._chunk_ends)
+            if mine:
+                for p, offset in elsewhere.items():
+                    if p not in confirmed and await self.processed(p) >= offset:
+                        confirmed.add(p)
+                if confirmed >= elsewhere.keys():
+                    return await self.accepting.run(self._chunk_ends)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return None
