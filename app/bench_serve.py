@@ -21,7 +21,10 @@ on a noisy machine (ratios and differences from one run are the figures to trust
 - ingest throughput through the API vs the raw embedder on the same passages, with where its
   time went (`ingest_timeline`: each POST's answer, each worker batch's read, chunk, embed and
   commit, the wait's answer) and the CPU per document of every runtime process during it
-  (`ingest_cpu_ms_per_doc`, beside `idle_cpu_ms_per_s`, the same processes at rest);
+  (`ingest_cpu_ms_per_doc`, beside `idle_cpu_ms_per_s`, the same processes at rest); in the
+  cluster layout also the raw embedder at the replicas' niceness
+  (`ingest_ratio_at_replica_niceness`: what of the gap is the cores the pool shares with the
+  runtime's own background work, not the write path);
 - saturation throughput (closed-loop clients ramp; the queries/s at which p99 passes 40 ms)
   with 1 and then 2 Router replicas, and the RSS of the runtime's processes at rest and under
   load (bench_load).
@@ -40,6 +43,7 @@ import socket
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
@@ -420,6 +424,26 @@ def raw_embed_rate(embedder: Embedder, texts: list[str]) -> float:
     return len(texts) / (time.perf_counter() - start)
 
 
+def raw_embed_rate_at_niceness(embedder: Embedder, texts: list[str], niceness: int) -> float:
+    """`raw_embed_rate` on a thread of its own at `niceness` (Linux sets it per thread; one
+    intra-op thread embeds on the calling one). The cluster layout's replicas run at Ray's
+    niceness 15 while this process runs at 0: at 0 the raw rate takes the cores ahead of the
+    runtime's own background work, which the embedder pool shares them with. Measured at the
+    pool's niceness it tells that share apart from what the write path itself costs."""
+    rates: list[float] = []
+
+    def measure() -> None:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), niceness)
+        rates.append(raw_embed_rate(embedder, texts))
+
+    thread = threading.Thread(target=measure, name="raw-embed-at-niceness")
+    thread.start()
+    thread.join()
+    if not rates:
+        raise RuntimeError(f"the raw embedding at niceness {niceness} failed (see the log)")
+    return rates[0]
+
+
 @dataclass(frozen=True)
 class IngestRun:
     """One pass of documents through the API until searchable (`api_ingest_rate`)."""
@@ -683,7 +707,12 @@ def kafka_data_plane() -> Iterator[None]:
 def _run(
     chunks: int, data_dir: Path, port: int, *, peer: bool, load: bool, shard_replicas: int | None
 ) -> dict[str, Any]:
-    from ragindex.app.serve_cli import APP_NAME, ray_environment, stop_local
+    from ragindex.app.serve_cli import (
+        APP_NAME,
+        CLUSTER_WORKER_NICENESS,
+        ray_environment,
+        stop_local,
+    )
 
     # Ray fixes its auth mode when first imported: the serve environment goes first.
     os.environ.pop("RAY_AUTH_TOKEN", None)
@@ -782,6 +811,10 @@ def _run(
         report["ingest_timeline"] = ingest_timeline(run, ingest_traces())
         api_rate = run.docs_per_s
         raw_rate = raw_embed_rate(real, texts)
+        if runtime == "cluster":
+            raw_nice = raw_embed_rate_at_niceness(real, texts, CLUSTER_WORKER_NICENESS)
+            report["ingest_raw_docs_per_s_at_replica_niceness"] = round(raw_nice, 2)
+            report["ingest_ratio_at_replica_niceness"] = round(api_rate / raw_nice, 3)
         if load:
             stream = fresh_queries(rng, taken)
             report["saturation"] = {"1": saturation(url, token, stream, memory)}

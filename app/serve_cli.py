@@ -82,6 +82,9 @@ def ensure_ray_token(data_dir: Path) -> Path:
     return path
 
 
+CLUSTER_WORKER_NICENESS = 15  # Ray's own default, kept by the cluster layout (ray_environment)
+
+
 def ray_environment(data_dir: Path, runtime: Runtime = "local") -> dict[str, str]:
     """Environment for an offline local Ray with token authentication, the token in the data
     directory (FIELD-NOTES: usage stats off; the token file must exist before ray.init).
@@ -97,7 +100,7 @@ def ray_environment(data_dir: Path, runtime: Runtime = "local") -> dict[str, str
         "RAY_USAGE_STATS_ENABLED": "0",
         "RAY_AUTH_MODE": "token",
         "RAY_AUTH_TOKEN_PATH": str(ensure_ray_token(data_dir)),
-        "RAY_worker_niceness": "0" if runtime == "local" else "15",
+        "RAY_worker_niceness": "0" if runtime == "local" else str(CLUSTER_WORKER_NICENESS),
     }
 
 

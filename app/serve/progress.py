@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import ray
@@ -92,7 +92,10 @@ class ProgressReporter:
         self._last, self._sent_at = dict(offsets), now
 
 
-def running_replicas(app: str, views: list[str]) -> dict[str, set[str]]:
+Running = dict[str, set[str]]  # deployment -> ids of its running replicas
+
+
+def running_replicas(app: str, views: list[str]) -> Running:
     """The ids of the replicas Serve runs for each of `views` (deployments of `app`), from the
     controller's instance details, which `serve.status()` reduces to counts."""
     from ray.serve.context import _get_global_client
@@ -107,3 +110,29 @@ def running_replicas(app: str, views: list[str]) -> dict[str, set[str]]:
         for view in views
         if view in deployments
     }
+
+
+class RunningReplicasCache:
+    """`running_replicas`, asked again only once `max_age_s` old (or for other deployments):
+    the controller takes ~70 ms to answer, which a `?wait=true` polling every 20 ms would pay
+    as its last step every time; asked on its first poll instead, while the views still apply.
+    A replica started since is not counted (it catches up to the end of the log before its
+    first search); one stopped since is, until the next ask."""
+
+    def __init__(
+        self,
+        max_age_s: float,
+        ask: Callable[[str, list[str]], Running] = running_replicas,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.max_age_s = max_age_s
+        self._ask = ask
+        self._clock = clock
+        self._asked: tuple[float, str, list[str], Running] | None = None
+
+    def get(self, app: str, views: list[str]) -> Running:
+        now = self._clock()
+        last = self._asked
+        if last is None or (app, views) != last[1:3] or now - last[0] > self.max_age_s:
+            last = self._asked = (now, app, list(views), self._ask(app, views))
+        return last[3]

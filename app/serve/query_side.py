@@ -36,7 +36,12 @@ from ragindex.app.serve.data_plane import (
     plane_topics,
 )
 from ragindex.app.serve.pools import RemoteEmbedder, RemoteReranker
-from ragindex.app.serve.progress import STALE_S, registry, running_replicas, this_replica
+from ragindex.app.serve.progress import (
+    STALE_S,
+    RunningReplicasCache,
+    registry,
+    this_replica,
+)
 from ragindex.app.serve.threads import limit_threads
 from ragindex.config import RagIndexSpec
 from ragindex.errors import BackendUnavailable, InvalidInput
@@ -88,6 +93,7 @@ def by_shard(tenant_id: str, chunk_ids: Sequence[str], shards: int) -> dict[int,
 # only queues them).
 LEG_THREADS = 4
 REGISTRY_S = 2.0  # one poll of the progress registry; the wait polls again until its timeout
+RUNNING_MAX_AGE_S = 1.0  # the oldest list of running view replicas a wait counts on
 
 
 class _ReadOnlyDense:
@@ -466,6 +472,7 @@ class ClusterQuerySide:
         self.dense = RemoteDenseIndex(shards, embedder.identity)
         self.lexical = RemoteLexical(lexical)
         self.answers: AnswerService | None = None
+        self.running = RunningReplicasCache(RUNNING_MAX_AGE_S)
         self.embedder = with_query_cache(embedder, spec.embedder.query_cache_size)
         # the BM25 leg's call to Lexical goes out while this thread embeds and fans out to
         # the shards (which RemoteDenseIndex already calls at once)
@@ -507,9 +514,7 @@ class ClusterQuerySide:
             shard_deployment_name(i): {i: end} for i, end in enumerate(ends)
         }
         targets[LEXICAL] = dict(enumerate(ends))
-        if not every_replica_applied(reports, {}, targets, STALE_S):
-            return False  # not even one replica per view: no need to ask Serve
-        running = running_replicas(app, list(targets))
+        running = self.running.get(app, list(targets))
         return every_replica_applied(reports, running, targets, STALE_S)
 
     def search(
