@@ -46,6 +46,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -430,18 +431,14 @@ def raw_embed_rate_at_niceness(embedder: Embedder, texts: list[str], niceness: i
     niceness 15 while this process runs at 0: at 0 the raw rate takes the cores ahead of the
     runtime's own background work, which the embedder pool shares them with. Measured at the
     pool's niceness it tells that share apart from what the write path itself costs."""
-    rates: list[float] = []
 
-    def measure() -> None:
+    def measure() -> float:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), niceness)
-        rates.append(raw_embed_rate(embedder, texts))
+        return raw_embed_rate(embedder, texts)
 
-    thread = threading.Thread(target=measure, name="raw-embed-at-niceness")
-    thread.start()
-    thread.join()
-    if not rates:
-        raise RuntimeError(f"the raw embedding at niceness {niceness} failed (see the log)")
-    return rates[0]
+    # a thread of its own: its niceness goes with it when the pool shuts down
+    with ThreadPoolExecutor(1, thread_name_prefix="raw-embed-at-niceness") as pool:
+        return pool.submit(measure).result()
 
 
 @dataclass(frozen=True)
