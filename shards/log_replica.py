@@ -5,16 +5,21 @@ no global chunk store on the query path), in node-local storage under `directory
 from its own newest snapshot (FAISS files + texts, both stamped with the log offset they
 cover), else from the newest one published to the log (`snapshot_log`: a new replica on
 another node builds no HNSW graph), else from offset 0; replays the partition from there, and
-snapshots periodically so a restart replays little. A publishing replica also puts every
-PUBLISH_EVERY_RECORDS-th snapshot (or one a while after any change) into the log.
+snapshots periodically so a restart replays little: written on a thread of its own while it
+applies and serves, at bounds spread per replica so that a shard's replicas drift apart, not
+snapshotting at once. A publishing replica also puts every PUBLISH_EVERY_RECORDS-th snapshot (or
+one a while after any change) into the log.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import random
 import time
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +29,7 @@ from ragindex.filters import TermExpr, TermPostings
 from ragindex.protocols import Log, Vectors
 from ragindex.records import decode_chunk, split_chunk_key
 from ragindex.shards.fsio import write_durable
-from ragindex.shards.shard import MANIFEST, DenseShard
+from ragindex.shards.shard import MANIFEST, DenseShard, ShardImage
 from ragindex.shards.snapshot_log import SnapshotTopic
 from ragindex.types import Chunk, LogRecord, ModelIdentity, ScoredId
 
@@ -40,11 +45,22 @@ PUBLISH_EVERY_S = 600.0
 log = logging.getLogger("ragindex.shards")
 
 
-def snapshot_due(records_since: int, seconds_since: float) -> bool:
-    """Snapshot after many records, or after a while with any: restarts replay little."""
-    return records_since >= SNAPSHOT_EVERY_RECORDS or (
-        records_since > 0 and seconds_since >= SNAPSHOT_EVERY_S
+def snapshot_due(records_since: int, unsaved_s: float, spread: float) -> bool:
+    """Snapshot after many records, or a while after the oldest record no snapshot holds came:
+    a restart replays little.
+
+    `spread` scales both bounds (`snapshot_spread`, drawn per replica and snapshot). The
+    replicas of a shard see the same records at the same moments, and at one bound each they
+    would all snapshot at once, every time (the first write after a quiet spell would set them
+    all off), taking the cores together for the encoding and the writes."""
+    return records_since >= SNAPSHOT_EVERY_RECORDS * spread or (
+        records_since > 0 and unsaved_s >= SNAPSHOT_EVERY_S * spread
     )
+
+
+def snapshot_spread(rng: random.Random) -> float:
+    """A replica's factor on the snapshot bounds until its next snapshot, in [0.75, 1.25)."""
+    return 0.75 + 0.5 * rng.random()
 
 
 def publish_due(records_since: int, seconds_since: float, *, published: bool) -> bool:
@@ -54,6 +70,17 @@ def publish_due(records_since: int, seconds_since: float, *, published: bool) ->
     return records_since >= PUBLISH_EVERY_RECORDS or (
         records_since > 0 and (seconds_since >= PUBLISH_EVERY_S or not published)
     )
+
+
+@dataclass(frozen=True)
+class _Snapshot:
+    """What a snapshot writes, captured on the applying thread (`LogShardReplica._capture`)."""
+
+    offset: int
+    texts: dict[str, list[dict[str, object]]]  # tenant -> its chunks' fields
+    shard: ShardImage
+    publish: bool  # publish it to the log once written
+    since_publish: int  # records applied since the last publication, when captured
 
 
 class LogShardReplica:
@@ -90,7 +117,14 @@ class LogShardReplica:
         self._load_snapshot(hnsw, exact_threshold)
         self.start_offset = self.offset  # where replay began: > 0 when a snapshot was loaded
         self._since_snapshot = self._since_publish = 0
-        self._snapshot_at = self._published_at = time.monotonic()
+        self._unsaved_since: float | None = None  # when the oldest record no snapshot holds came
+        self._published_at = time.monotonic()
+        self._rng = random.Random()
+        self._spread = snapshot_spread(self._rng)
+        # Periodic snapshots are written here while this replica keeps applying and serving;
+        # at most one at a time, accounted for on the applying thread once written.
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix=f"shard{shard}-snapshot")
+        self._writing: tuple[_Snapshot, Future[bool]] | None = None
 
     def _load_snapshot(self, hnsw: HnswSpec, exact_threshold: int) -> None:
         snap = self.directory / SNAPSHOT_DIR
@@ -151,11 +185,18 @@ class LogShardReplica:
             applied += len(records)
         self._since_snapshot += applied
         self._since_publish += applied
+        if applied and self._unsaved_since is None:
+            self._unsaved_since = time.monotonic()
+        if self._writing is not None:
+            if not self._writing[1].done():
+                return applied
+            self._account_written()
+        # a publisher with no snapshot in the log yet publishes one once caught up
         first_to_publish = self.publish and not self._published and self._since_publish > 0
-        if first_to_publish or snapshot_due(
-            self._since_snapshot, time.monotonic() - self._snapshot_at
-        ):
-            self.snapshot()  # a publisher with no snapshot in the log yet: once caught up
+        unsaved_s = 0.0 if self._unsaved_since is None else time.monotonic() - self._unsaved_since
+        if first_to_publish or snapshot_due(self._since_snapshot, unsaved_s, self._spread):
+            taken = self._capture()
+            self._writing = taken, self._writer.submit(self._write, taken)
         return applied
 
     def _apply(self, records: list[LogRecord]) -> None:
@@ -183,35 +224,81 @@ class LogShardReplica:
         self.offset = records[-1].offset + 1
 
     def snapshot(self) -> None:
-        """Texts first, then the FAISS snapshot whose manifest names the same offset."""
+        """Snapshot now and return once it is written (and published, when due): after the
+        one being written in the background, if any."""
+        if self._writing is not None:
+            self._writing[1].exception()  # wait; a failure is logged by the accounting
+            self._account_written()
+        taken = self._capture()
+        if self._write(taken):  # on this thread: a failure raises to the caller
+            self._mark_published(taken.since_publish)
+
+    def _capture(self) -> _Snapshot:
+        """This replica's state at its offset, in memory (the shard's bytes, the texts' field
+        maps; chunks are immutable): the applying thread pauses only for this, not for
+        encoding, writing and fsyncing ~120 MB per 50 k chunks."""
+        now = time.monotonic()
+        self.shard.wal_offset = self.offset
+        taken = _Snapshot(
+            offset=self.offset,
+            # vars, not asdict: asdict deep-copies every field (20 s per 50 k chunks)
+            texts={t: [vars(c) for c in cs.values()] for t, cs in self.texts.items()},
+            shard=self.shard.image(),
+            publish=self.publish
+            and publish_due(
+                self._since_publish, now - self._published_at, published=self._published
+            ),
+            since_publish=self._since_publish,
+        )
+        self._since_snapshot = 0
+        self._unsaved_since = None
+        self._spread = snapshot_spread(self._rng)
+        return taken
+
+    def _write(self, taken: _Snapshot) -> bool:
+        """Texts first, then the FAISS snapshot whose manifest names the same offset; then
+        publish it if due. Returns whether it was published. Touches no replica state: it
+        runs on the snapshot thread while the replica applies."""
         snap = self.directory / SNAPSHOT_DIR
         snap.mkdir(parents=True, exist_ok=True)
-        texts = {
-            "offset": self.offset,
-            # vars, not asdict: asdict deep-copies every field (20 s per 50 k chunks); a Chunk's
-            # fields are JSON values already
-            "chunks": {t: [vars(c) for c in cs.values()] for t, cs in self.texts.items()},
-        }
+        texts = {"offset": taken.offset, "chunks": taken.texts}
         write_durable(snap / TEXTS, json.dumps(texts).encode())
-        self.shard.wal_offset = self.offset
-        self.shard.save(snap)
-        self._since_snapshot = 0
-        self._snapshot_at = time.monotonic()
-        since = self._snapshot_at - self._published_at
-        if self.publish and publish_due(self._since_publish, since, published=self._published):
-            self.publish_snapshot()
+        taken.shard.write(snap)
+        return taken.publish and self._publish_files(taken.offset)
+
+    def _account_written(self) -> None:
+        """On the applying thread, once the snapshot being written is done: a published one
+        resets what counts toward the next publication; a failed one is logged (the next is
+        taken at the next bound)."""
+        assert self._writing is not None
+        (taken, writing), self._writing = self._writing, None
+        try:
+            published = writing.result()
+        except Exception:
+            log.exception("shard %d: snapshot at offset %d failed", self.partition, taken.offset)
+            return
+        if published:
+            self._mark_published(taken.since_publish)
 
     def publish_snapshot(self) -> bool:
         """Publish the snapshot on disk (see `snapshot`) to the log; False if it could not."""
+        manifest = json.loads((self.directory / SNAPSHOT_DIR / MANIFEST).read_bytes())
+        published = self._publish_files(manifest["wal_offset"])
+        if published:
+            self._mark_published(self._since_publish)
+        return published
+
+    def _publish_files(self, offset: int) -> bool:
+        """The snapshot files on disk, which cover the log up to `offset`, into the log."""
         assert self.snapshots is not None
         snap = self.directory / SNAPSHOT_DIR
         files = {p.name: p.read_bytes() for p in snap.iterdir() if not p.name.startswith(".")}
-        published = self.snapshots.publish(files, self.offset)
-        if published:
-            self._published = True
-            self._since_publish = 0
-            self._published_at = time.monotonic()
-        return published
+        return self.snapshots.publish(files, offset)
+
+    def _mark_published(self, records: int) -> None:
+        self._published = True
+        self._since_publish -= records  # those applied while it was written count on
+        self._published_at = time.monotonic()
 
     def search(
         self,

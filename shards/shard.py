@@ -12,6 +12,7 @@ import json
 import re
 import threading
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,51 @@ def check_identity(expected: ModelIdentity, got: ModelIdentity, what: str = "que
             f"{what} uses embedding model identity {got.to_dict()}, but this index was built"
             f" with {expected.to_dict()}; vectors of two models never mix"
         )
+
+
+@dataclass(frozen=True)
+class ShardImage:
+    """A shard's snapshot in memory (`DenseShard.image`): per tenant its FAISS index and
+    metadata bytes, and the WAL offset they cover."""
+
+    identity: ModelIdentity
+    hnsw: HnswSpec
+    exact_threshold: int
+    wal_offset: int
+    partitions: dict[str, tuple[bytes, bytes]]  # tenant -> (index bytes, metadata bytes)
+
+    def write(self, directory: Path) -> None:
+        """Write it atomically (temp files, fsync, rename; the manifest last) and remove the
+        previous generation's files."""
+        directory.mkdir(parents=True, exist_ok=True)
+        previous = _read_manifest(directory)
+        generation = previous["generation"] + 1 if previous else 1
+        files: dict[str, dict[str, str]] = {}
+        for tenant, (index_bytes, meta_bytes) in self.partitions.items():
+            names = {
+                "index": f"g{generation}-{tenant}.faiss",
+                "meta": f"g{generation}-{tenant}.json",
+            }
+            write_durable(directory / names["index"], index_bytes)
+            write_durable(directory / names["meta"], meta_bytes)
+            files[tenant] = names
+        manifest = {
+            "format": FORMAT,
+            "generation": generation,
+            "identity": self.identity.to_dict(),
+            "hnsw": self.hnsw.model_dump(),
+            "exact_threshold": self.exact_threshold,
+            "wal_offset": self.wal_offset,
+            "partitions": files,
+        }
+        write_durable(directory / MANIFEST, json.dumps(manifest, indent=1).encode())
+        fsync_dir(directory)
+        keep = {MANIFEST} | {name for names in files.values() for name in names.values()}
+        for path in directory.iterdir():
+            if path.name not in keep and (
+                _GENERATION_FILE.match(path.name) or path.name.startswith(".")
+            ):
+                path.unlink(missing_ok=True)
 
 
 class DenseShard:
@@ -150,39 +196,23 @@ class DenseShard:
 
     def save(self, directory: Path) -> None:
         """Write a snapshot atomically (temp files, fsync, rename; the manifest last)."""
-        directory.mkdir(parents=True, exist_ok=True)
-        previous = _read_manifest(directory)
-        generation = previous["generation"] + 1 if previous else 1
-        files: dict[str, dict[str, str]] = {}
+        self.image().write(directory)
+
+    def image(self) -> ShardImage:
+        """The shard's state as bytes, taken under the lock: what `save` writes, which any
+        thread may then write while the shard keeps changing."""
         with self._lock:
-            for tenant, part in sorted(self._partitions.items()):
-                if not len(part):
-                    continue
-                index_bytes, meta_bytes = part.to_files()
-                names = {
-                    "index": f"g{generation}-{tenant}.faiss",
-                    "meta": f"g{generation}-{tenant}.json",
-                }
-                write_durable(directory / names["index"], index_bytes)
-                write_durable(directory / names["meta"], meta_bytes)
-                files[tenant] = names
-            manifest = {
-                "format": FORMAT,
-                "generation": generation,
-                "identity": self.identity.to_dict(),
-                "hnsw": self.hnsw.model_dump(),
-                "exact_threshold": self.exact_threshold,
-                "wal_offset": self.wal_offset,
-                "partitions": files,
-            }
-        write_durable(directory / MANIFEST, json.dumps(manifest, indent=1).encode())
-        fsync_dir(directory)
-        keep = {MANIFEST} | {name for names in files.values() for name in names.values()}
-        for path in directory.iterdir():
-            if path.name not in keep and (
-                _GENERATION_FILE.match(path.name) or path.name.startswith(".")
-            ):
-                path.unlink(missing_ok=True)
+            return ShardImage(
+                identity=self.identity,
+                hnsw=self.hnsw,
+                exact_threshold=self.exact_threshold,
+                wal_offset=self.wal_offset,
+                partitions={
+                    tenant: part.to_files()
+                    for tenant, part in sorted(self._partitions.items())
+                    if len(part)
+                },
+            )
 
     @classmethod
     def load(

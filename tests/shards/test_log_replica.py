@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
+import json
+import random
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from ragindex.config import HnswSpec
 from ragindex.log import FileLog
 from ragindex.records import chunk_key, encode_chunk
-from ragindex.shards.log_replica import LogShardReplica
+from ragindex.shards import log_replica
+from ragindex.shards.log_replica import (
+    SNAPSHOT_EVERY_RECORDS,
+    SNAPSHOT_EVERY_S,
+    LogShardReplica,
+    snapshot_due,
+    snapshot_spread,
+)
 from ragindex.types import Chunk, ModelIdentity
 
 IDENTITY = ModelIdentity("test-model", "0" * 64, 8, True)
@@ -72,3 +84,57 @@ def test_restarts_from_its_snapshot_and_replays_only_the_rest(tmp_path: Path) ->
     assert again.count("a") == 5 and again.get_chunks("a", ["wiki:3:0"])["wiki:3:0"].title == "T3"
     fresh = replica(log, tmp_path / "node2")  # another node, no snapshot: from offset 0
     assert fresh.offset == 0 and fresh.catch_up() == 5 and fresh.count("a") == 5
+
+
+def test_snapshot_bounds_are_spread_per_replica() -> None:
+    rng = random.Random(7)
+    spreads = [snapshot_spread(rng) for _ in range(200)]
+    assert all(0.75 <= s < 1.25 for s in spreads) and max(spreads) - min(spreads) > 0.4
+    assert not snapshot_due(0, 10 * SNAPSHOT_EVERY_S, 1.0)  # nothing new: nothing to save
+    assert snapshot_due(1, SNAPSHOT_EVERY_S * 0.8, 0.8)
+    assert not snapshot_due(1, SNAPSHOT_EVERY_S * 0.8, 1.2)
+    assert snapshot_due(int(SNAPSHOT_EVERY_RECORDS * 0.8), 0.0, 0.8)
+
+
+def test_a_periodic_snapshot_is_written_while_the_replica_applies(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The writer is held (an injected slow disk): the replica keeps applying and serving, and
+    the snapshot holds exactly the state at the offset it was taken at."""
+    monkeypatch.setattr(log_replica, "SNAPSHOT_EVERY_S", 0.0)
+    release = threading.Event()
+    durable = log_replica.write_durable
+
+    def slow_write(path: Path, data: bytes) -> None:
+        assert release.wait(30), "the test never released the writer"
+        durable(path, data)
+
+    monkeypatch.setattr(log_replica, "write_durable", slow_write)
+    log = FileLog(tmp_path / "log")
+    log.ensure_topic(TOPIC, 1, compacted=True)
+
+    def upsert(n: int) -> None:
+        log.append(
+            TOPIC, [(0, chunk_key("a", f"wiki:{n}:0"), encode_chunk(chunk("a", n), vector(n)))]
+        )
+
+    for n in range(4):
+        upsert(n)
+    r = replica(log, tmp_path / "node1")
+    assert r.catch_up() == 4  # the snapshot of offset 4 is now being written, held
+    upsert(4)
+    log.append(TOPIC, [(0, chunk_key("a", "wiki:0:0"), None)])
+    assert r.catch_up() == 2 and r.offset == 6
+    assert r.count("a") == 4 and r.get_chunks("a", ["wiki:4:0"])["wiki:4:0"].text == "text 4"
+    manifest = tmp_path / "node1" / "snapshot" / "manifest.json"
+    assert not manifest.exists()
+    release.set()
+    for _ in range(300):  # bounded: the writer finishes within moments once released
+        if manifest.exists():
+            break
+        time.sleep(0.01)
+    assert json.loads(manifest.read_text())["wal_offset"] == 4
+    again = replica(log, tmp_path / "node1")
+    assert again.offset == 4 and again.count("a") == 4  # wiki:0..3, as at offset 4
+    assert again.catch_up() == 2 and again.count("a") == 4
+    assert "wiki:0:0" not in again.get_chunks("a", ["wiki:0:0"])
