@@ -248,3 +248,35 @@ def test_credentials_reach_a_scram_listener_and_wrong_ones_are_refused(
     with pytest.raises(BackendUnavailable, match=r"(?i)authentication"):
         wrong.partitions("sasl.t")
     wrong.close()
+
+
+def test_records_delivered_without_offsets_are_written_again_exactly_once(
+    kafka_server: KafkaServer,
+) -> None:
+    """librdkafka sometimes reports a delivery without its offset: the transaction is aborted
+    and written again (injected here at the commit of the first attempt), so `append` returns
+    real offsets and readers see every record once."""
+    from ragindex.log import kafka_log
+
+    log = _kafka_log(kafka_server)
+    log.ensure_topic("unknown-offsets", 2, compacted=False)
+    real_commit = KafkaLog._commit_transaction
+    calls: list[int] = []
+
+    def commit_once_unknown(self: KafkaLog, producer: object) -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            raise kafka_log._OffsetsUnknown(
+                kafka_log.KafkaError(kafka_log.KafkaError._FAIL, "injected")
+            )
+        real_commit(self, producer)  # type: ignore[arg-type]
+
+    records = [(p, f"k{n}".encode(), f"v{n}".encode()) for n in range(6) for p in (0, 1)]
+    with mock.patch.object(KafkaLog, "_commit_transaction", commit_once_unknown):
+        offsets = log.append("unknown-offsets", records)
+    assert len(calls) == 2
+    stored = {p: read_all(log, "unknown-offsets", p) for p in (0, 1)}
+    for (p, key, value), offset in zip(records, offsets, strict=True):
+        assert [(r.key, r.value) for r in stored[p] if r.offset == offset] == [(key, value)]
+    assert sum(len(rs) for rs in stored.values()) == len(records)  # the aborted copy is unseen
+    log.close()
