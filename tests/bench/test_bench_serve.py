@@ -19,7 +19,10 @@ from ragindex.app.bench_peer import (
     overlap_at_k,
 )
 from ragindex.app.bench_serve import (
+    INGEST_DOCS,
     HttpSample,
+    ingest_texts,
+    median_round,
     run_bench_serve,
     server_timing_ms,
     stage_breakdown,
@@ -98,6 +101,20 @@ def test_saturation_is_the_best_throughput_before_p99_passes_the_bound() -> None
     ]
     assert saturation_qps(levels, 40.0) == 70.0
     assert saturation_qps(levels[2:], 40.0) is None
+
+
+def test_the_reported_ingest_round_is_the_median_one() -> None:
+    rounds = [{"ratio": r, "n": n} for n, r in enumerate([0.91, 0.79, 0.84])]
+    assert median_round(rounds)["n"] == 2
+    assert median_round(rounds[:2])["n"] == 1  # an even count: the lower middle
+    assert median_round(rounds[:1])["n"] == 0
+
+
+def test_ingest_rounds_are_new_documents_each_round() -> None:
+    rng = np.random.default_rng(0)
+    sets = [ingest_texts(rng, n) for n in range(3)]
+    assert all(len(t) == INGEST_DOCS for t in sets)
+    assert len({text for t in sets for text in t}) == 3 * INGEST_DOCS
 
 
 def test_strict_goal_misses_at_the_bound() -> None:
