@@ -9,7 +9,8 @@ chunks every document, diffs it against the manifest (doc -> chunk ids and conte
 embeds only new or changed chunks, and appends the chunk records (tombstones for removed
 chunks) together with the new `docs` offset in one `append_and_commit`: a worker killed
 mid-batch leaves neither chunks without the offset nor the offset without chunks, so a
-restart redoes exactly the uncommitted batch.
+restart redoes exactly the uncommitted batch. While a batch commits, the next one is read and
+embedded (planned as if the commit had landed; dropped if it did not).
 
 The manifest is a materialized view too: of the compacted `chunks.<generation>` topic, whose
 keys name every live chunk's document and whose values carry its content hash. A worker that
@@ -23,7 +24,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from ragindex.config import ChunkingSpec
@@ -137,6 +138,20 @@ class _Plan:
     tombstones: list[tuple[str, str]] = field(default_factory=list)  # (tenant, chunk id)
 
 
+@dataclass
+class _Batch:
+    """One poll's records of every partition that had some, planned, and their embedding
+    (running on the worker's embedding thread)."""
+
+    started_at: float
+    read_at: float
+    planned_at: float
+    starts: dict[int, int]  # partition -> the offset its records were read from
+    plans: list[tuple[int, list[LogRecord], _Plan]]
+    upserts: list[Chunk]
+    vectors: Future[tuple[Vectors, float]]  # the vectors of `upserts`, when they were done
+
+
 def read_all(log_: Log, topic: str, partition: int, batch: int = 5000) -> list[LogRecord]:
     """Every committed record of a partition, up to its end offset when called."""
     end = log_.end_offset(topic, partition)
@@ -204,6 +219,9 @@ class IngestWorker:
         self._chunk_ends = [0] * topics.shards
         self.progress = WorkerProgress(chunk_ends=tuple(self._chunk_ends))
         self._committer = ThreadPoolExecutor(COMMIT_THREADS, thread_name_prefix="ingest-commit")
+        # Every embedding runs here, one at a time: the next batch's while this one commits.
+        self._embedding = ThreadPoolExecutor(1, thread_name_prefix="ingest-embed")
+        self._ahead: _Batch | None = None  # read and embedding after the last commit's offsets
         for p in self.partitions:
             log_.claim(self.group, topics.docs, p)
         self.manifest, self.versions = rebuild_manifest(log_, topics, self.partitions)
@@ -219,6 +237,7 @@ class IngestWorker:
         for p in gained:
             self.log.claim(self.group, self.topics.docs, p)
         log.info("ingest partitions %s -> %s", sorted(self.partitions), wanted)
+        self._ahead = None
         kept = set(wanted)
         for p in [*gained, *(q for q in self._next if q not in kept)]:
             self._next.pop(p, None)
@@ -257,31 +276,30 @@ class IngestWorker:
         of them embedded together (full embedding batches however the documents spread over
         partitions); then each partition's chunks are committed with its own offset (one
         transaction per input partition: its transactional id is what fences a former owner).
+
+        While they commit, the records after them are read, planned against the manifest as
+        these commits leave it, and embedded (`_ahead`): the embedder does not wait for the
+        log's transactions between batches. The next poll takes that batch if every commit
+        succeeded and the partitions are unchanged; otherwise it is dropped, never committed,
+        and the next poll reads from the committed offsets again.
         """
-        started = time.time()
-        batches: list[tuple[int, list[LogRecord]]] = []
-        for p in list(self.partitions):
-            records = self.log.read(
-                self.topics.docs, p, self._next_offset(p), max_records=max_records,
-                timeout_s=timeout_s,
-            )  # fmt: skip
-            if records:
-                batches.append((p, records))
-        if not batches:
+        batch, self._ahead = self._ahead, None
+        if batch is None or any(self._next.get(p) != o for p, o in batch.starts.items()):
+            batch = self._prepare(
+                {p: self._next_offset(p) for p in self.partitions}, {}, max_records, timeout_s
+            )
+        if batch is None:
             return 0
-        read_at = time.time()
-        plans = [(p, records, self._plan(records)) for p, records in batches]
-        upserts = [c for _, _, plan in plans for c in plan.upserts]
-        planned_at = time.time()
-        vectors = embed_chunks(self.embedder, upserts)  # only new or changed chunks
-        embedded_at = time.time()
+        vectors, embedded_at = batch.vectors.result()
         jobs: list[tuple[int, list[LogRecord], _Plan, Vectors]] = []
         first = 0
-        for p, records, plan in plans:
+        for p, records, plan in batch.plans:
             jobs.append((p, records, plan, vectors[first : first + len(plan.upserts)]))
             first += len(plan.upserts)
         # Side by side: on Kafka each partition's transaction waits on the broker.
-        outcomes = list(self._committer.map(self._try_commit, jobs))
+        committing = self._committer.map(self._try_commit, jobs)
+        ahead = self._read_ahead(batch, max_records)
+        outcomes = list(committing)
         done = 0
         for (p, records, _, _), outcome in zip(jobs, outcomes, strict=True):
             if not isinstance(outcome, BaseException):
@@ -299,20 +317,75 @@ class IngestWorker:
             self._since.clear()
             self._publish_progress()
             raise failed[0]
+        if done == sum(len(records) for _, records, _ in batch.plans):
+            self._ahead = ahead  # every commit landed: the plan it was made against holds
         self._publish_progress()
         self.traces.append(
             BatchTrace(
-                partitions=tuple(p for p, _ in batches),
-                records=sum(len(r) for _, r in batches),
-                embedded=len(upserts),
-                started_at=started,
-                read_at=read_at,
-                planned_at=planned_at,
+                partitions=tuple(p for p, _, _ in batch.plans),
+                records=sum(len(r) for _, r, _ in batch.plans),
+                embedded=len(batch.upserts),
+                started_at=batch.started_at,
+                read_at=batch.read_at,
+                planned_at=batch.planned_at,
                 embedded_at=embedded_at,
                 committed_at=time.time(),
             )
         )
         return done
+
+    def _read_ahead(self, batch: _Batch, max_records: int) -> _Batch | None:
+        """The records after `batch` (nothing yet where it had none), planned as if it were
+        committed, their embedding started; None if there are none, or the read failed (the
+        next poll reads them)."""
+        after = {p: records[-1].offset + 1 for p, records, _ in batch.plans}
+        try:
+            return self._prepare(
+                {p: after[p] if p in after else self._next_offset(p) for p in self.partitions},
+                {p: plan for p, _, plan in batch.plans},
+                max_records,
+                0.0,
+            )
+        except Exception as err:  # the commits decide this poll's outcome, not the read-ahead
+            log.warning("reading ahead failed; the next poll reads again: %s", err)
+            return None
+
+    def _prepare(
+        self,
+        starts: Mapping[int, int],
+        pending: Mapping[int, _Plan],
+        max_records: int,
+        timeout_s: float,
+    ) -> _Batch | None:
+        """Read each partition from its offset in `starts`, plan its records against the
+        manifest with `pending` (a partition's plan not yet committed) on top, and start
+        embedding the new or changed chunks; None when no partition had records."""
+        started = time.time()
+        read: list[tuple[int, list[LogRecord]]] = []
+        for p, offset in starts.items():
+            records = self.log.read(
+                self.topics.docs, p, offset, max_records=max_records, timeout_s=timeout_s
+            )
+            if records:
+                read.append((p, records))
+        if not read:
+            return None
+        read_at = time.time()
+        plans = [(p, records, self._plan(records, pending.get(p))) for p, records in read]
+        upserts = [c for _, _, plan in plans for c in plan.upserts]
+        return _Batch(
+            started_at=started,
+            read_at=read_at,
+            planned_at=time.time(),
+            starts={p: starts[p] for p, _ in read},
+            plans=plans,
+            upserts=upserts,
+            vectors=self._embedding.submit(self._embed, upserts),
+        )
+
+    def _embed(self, upserts: list[Chunk]) -> tuple[Vectors, float]:
+        vectors = embed_chunks(self.embedder, upserts)  # only new or changed chunks
+        return vectors, time.time()
 
     def committed_offsets(self) -> dict[int, int]:
         """Per owned partition, the offset this worker's commits reached (the log is asked only
@@ -331,17 +404,20 @@ class IngestWorker:
     def _publish_progress(self) -> None:
         self.progress = WorkerProgress(dict(self._next), dict(self._since), tuple(self._chunk_ends))
 
-    def _plan(self, records: list[LogRecord]) -> _Plan:
-        """What a partition's batch changes: chunks to upsert (to embed) and to tombstone."""
+    def _plan(self, records: list[LogRecord], pending: _Plan | None) -> _Plan:
+        """What a partition's batch changes: chunks to upsert (to embed) and to tombstone,
+        against the manifest as it is after `pending` (an earlier batch still committing)."""
         plan = _Plan()
+        before = pending or _Plan()
         final: dict[tuple[str, str], Chunk | None] = {}  # chunk -> its state after the batch
         for record in records:
             doc = DocKey.decode(record.key)
-            stored = plan.changed.get(doc, self.manifest.get(doc, {}))
+            stored = plan.changed.get(doc, before.changed.get(doc, self.manifest.get(doc, {})))
             new_chunks = self._chunks_of(doc, record)
             if new_chunks is None:
                 continue
-            current = plan.versions.get(doc, self.versions.get(doc)) if stored else None
+            version = before.versions.get(doc, self.versions.get(doc))
+            current = plan.versions.get(doc, version) if stored else None
             if new_chunks and superseded(new_chunks[0].updated, current):
                 log.info("skipping %s: updated %s is older than the indexed %s", doc,
                          new_chunks[0].updated, current)  # fmt: skip

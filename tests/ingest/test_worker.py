@@ -201,6 +201,26 @@ def test_one_poll_embeds_every_partition_together_and_traces_its_steps(
     assert worker.poll() == 0 and len(worker.traces) == 1  # an empty poll leaves no trace
 
 
+def test_the_batch_read_ahead_is_planned_against_the_one_still_committing(
+    tmp_path: Path, minilm: Embedder
+) -> None:
+    """A document rewritten shorter in the next batch: that batch is read and planned while the
+    first one commits, so its plan must tombstone the chunks only the first batch added."""
+    log = open_log(tmp_path / "log")
+    long_text = " ".join(f"Sentence {n} about boundary layers and heat." for n in range(120))
+    put(log, "acme", [doc(1, long_text)])
+    put(log, "acme", [doc(1, "Now one short passage.")])
+    first = chunk_for_embedder(minilm, ChunkingSpec(), "acme", doc(1, long_text))
+    assert len(first) > 1  # the test needs the first version to have chunks the second lacks
+    worker = IngestWorker(log, TOPICS, minilm, ChunkingSpec(), range(3))
+    assert worker.poll(max_records=1) == 1  # the first version; the second was read ahead
+    assert worker._ahead is not None
+    assert worker.poll(max_records=1) == 1 and worker.poll(max_records=1) == 0
+    second = chunk_for_embedder(minilm, ChunkingSpec(), "acme", doc(1, "Now one short passage."))
+    assert set(live_chunks(log)) == {f"acme/{c.chunk_id}".encode() for c in second}
+    assert worker.manifest == rebuild_manifest(log, TOPICS, range(3))[0]
+
+
 def test_progress_names_the_chunk_offsets_of_what_the_worker_committed(
     tmp_path: Path, minilm: Embedder
 ) -> None:
