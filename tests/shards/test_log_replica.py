@@ -21,6 +21,7 @@ from ragindex.shards.log_replica import (
     LogShardReplica,
     snapshot_due,
     snapshot_spread,
+    texts_json,
 )
 from ragindex.types import Chunk, ModelIdentity
 
@@ -138,3 +139,13 @@ def test_a_periodic_snapshot_is_written_while_the_replica_applies(
     assert again.offset == 4 and again.count("a") == 4  # wiki:0..3, as at offset 4
     assert again.catch_up() == 2 and again.count("a") == 4
     assert "wiki:0:0" not in again.get_chunks("a", ["wiki:0:0"])
+
+
+def test_texts_are_encoded_in_pieces_as_one_json_document() -> None:
+    texts: dict[str, list[dict[str, object]]] = {
+        "a": [vars(chunk("a", n)) for n in range(1201)],  # pieces of 500, 500 and 201
+        "b": [vars(chunk("b", 1))],
+        "c": [],
+    }
+    assert json.loads(texts_json(7, texts)) == {"offset": 7, "chunks": texts}
+    assert json.loads(texts_json(0, {})) == {"offset": 0, "chunks": {}}
