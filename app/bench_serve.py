@@ -498,7 +498,7 @@ def ingest_rounds(
     """Ingest throughput through the API against the raw embedder's on the same passages,
     taking turns round by round (a round's documents are new), after one warm-up of each side
     on documents of the same kind. On this box two 5 s measurements of the same work differ
-    by up to ~7 %, as much as the gap measured: one pair would be as much luck as signal.
+    by up to ~11 %, as much as the gap measured: one pair would be as much luck as signal.
     Each round: the API run's rate, CPU per document and timeline, then the raw rate (and, given
     `replica_niceness`, the raw rate at the replicas' niceness)."""
     api_ingest_rate(client, warmup, prefix="warmup")

@@ -148,8 +148,7 @@ class _Batch:
     planned_at: float
     starts: dict[int, int]  # partition -> the offset its records were read from
     plans: list[tuple[int, list[LogRecord], _Plan]]
-    upserts: list[Chunk]
-    vectors: Future[tuple[Vectors, float]]  # the vectors of `upserts`, when they were done
+    vectors: Future[tuple[Vectors, float]]  # the plans' upserts' vectors, when they were done
 
 
 def read_all(log_: Log, topic: str, partition: int, batch: int = 5000) -> list[LogRecord]:
@@ -317,14 +316,14 @@ class IngestWorker:
             self._since.clear()
             self._publish_progress()
             raise failed[0]
-        if done == sum(len(records) for _, records, _ in batch.plans):
+        if not any(isinstance(o, BaseException) for o in outcomes):
             self._ahead = ahead  # every commit landed: the plan it was made against holds
         self._publish_progress()
         self.traces.append(
             BatchTrace(
                 partitions=tuple(p for p, _, _ in batch.plans),
                 records=sum(len(r) for _, r, _ in batch.plans),
-                embedded=len(batch.upserts),
+                embedded=len(vectors),
                 started_at=batch.started_at,
                 read_at=batch.read_at,
                 planned_at=batch.planned_at,
@@ -379,7 +378,6 @@ class IngestWorker:
             planned_at=time.time(),
             starts={p: starts[p] for p, _ in read},
             plans=plans,
-            upserts=upserts,
             vectors=self._embedding.submit(self._embed, upserts),
         )
 

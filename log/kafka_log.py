@@ -440,7 +440,8 @@ class KafkaLog:
                 if err is not None:
                     failures.append(err)
                 else:
-                    offsets[index] = -1 if msg.offset() is None else msg.offset()
+                    offset = msg.offset()
+                    offsets[index] = -1 if offset is None else offset
 
             return report
 
