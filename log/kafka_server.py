@@ -67,18 +67,16 @@ def find_java() -> str:
     raise BackendUnavailable(f"no JDK 17+ found; set JAVA_HOME (looked in {homes})")
 
 
-def _properties(port: int, sasl_port: int, controller_port: int, data: Path) -> str:
+def _properties(host: str, port: int, sasl_port: int, controller_port: int, data: Path) -> str:
     settings = {
         "process.roles": "broker,controller",
         "node.id": "1",
-        "controller.quorum.bootstrap.servers": f"127.0.0.1:{controller_port}",
+        "controller.quorum.bootstrap.servers": f"{host}:{controller_port}",
         "listeners": (
-            f"PLAINTEXT://127.0.0.1:{port},SASL_PLAINTEXT://127.0.0.1:{sasl_port},"
-            f"CONTROLLER://127.0.0.1:{controller_port}"
+            f"PLAINTEXT://{host}:{port},SASL_PLAINTEXT://{host}:{sasl_port},"
+            f"CONTROLLER://{host}:{controller_port}"
         ),
-        "advertised.listeners": (
-            f"PLAINTEXT://127.0.0.1:{port},SASL_PLAINTEXT://127.0.0.1:{sasl_port}"
-        ),
+        "advertised.listeners": f"PLAINTEXT://{host}:{port},SASL_PLAINTEXT://{host}:{sasl_port}",
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": "PLAINTEXT",
         "listener.security.protocol.map": (
@@ -121,17 +119,18 @@ class KafkaServer:
     java: str
     lib: Path
     heap_mb: int
+    host: str = "127.0.0.1"
     process: subprocess.Popen[bytes] | None = None
     _removed: bool = field(default=False, repr=False)
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @property
     def sasl_bootstrap(self) -> str:
         """The listener that needs SCRAM-SHA-512 credentials (SASL_USERNAME, sasl_password)."""
-        return f"127.0.0.1:{self.sasl_port}"
+        return f"{self.host}:{self.sasl_port}"
 
     @property
     def log_path(self) -> Path:
@@ -177,7 +176,7 @@ class KafkaServer:
         while time.monotonic() < deadline:
             if not self.is_running():
                 raise BackendUnavailable(f"Kafka exited during start-up:\n{self.log_tail()}")
-            if port_open(self.port):
+            if port_open(self.port, self.host):
                 with contextlib.suppress(Exception):
                     if admin.list_topics(timeout=2).brokers:
                         return
@@ -208,24 +207,30 @@ class KafkaServer:
         shutil.rmtree(self.run_dir, ignore_errors=True)
 
 
-def start_kafka(heap_mb: int = 512, startup_timeout_s: float = 120.0) -> KafkaServer:
-    """Format a fresh KRaft storage on free loopback ports, start the broker, wait for it."""
+def start_kafka(
+    heap_mb: int = 512, startup_timeout_s: float = 120.0, host: str = "127.0.0.1"
+) -> KafkaServer:
+    """Format a fresh KRaft storage on free ports of `host` (loopback unless a test made another
+    address, e.g. a node's, for pods to reach), start the broker, wait for it."""
     home = ensure_installed()
     run_dir = Path(tempfile.mkdtemp(prefix="ragindex-kafka-"))
     server = KafkaServer(
-        free_port(),
-        free_port(),
-        free_port(),
+        free_port(host),
+        free_port(host),
+        free_port(host),
         secrets.token_hex(12),
         run_dir,
         find_java(),
         home / "lib",
         heap_mb,
+        host,
     )
     try:
         props = run_dir / "server.properties"
         props.write_text(
-            _properties(server.port, server.sasl_port, server.controller_port, run_dir / "data")
+            _properties(
+                host, server.port, server.sasl_port, server.controller_port, run_dir / "data"
+            )
         )
         cluster_id = subprocess.run(
             server._java("kafka.tools.StorageTool", "random-uuid"),

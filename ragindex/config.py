@@ -270,6 +270,21 @@ class AutoscalingSpec(_Spec):
     target_ongoing_requests: float = Field(
         2, gt=0, description="Ongoing requests per replica the autoscaler aims for."
     )
+    upscale_delay_s: float = Field(
+        30,
+        ge=0,
+        le=3600,
+        description="How long the load must stay above target before replicas are added"
+        " (Ray Serve's upscale_delay_s).",
+    )
+    downscale_delay_s: float = Field(
+        600,
+        ge=0,
+        le=86400,
+        description="How long the load must stay below target before replicas are removed"
+        " (Ray Serve's downscale_delay_s): short values follow bursts, long ones keep warm"
+        " replicas through lulls.",
+    )
 
     @model_validator(mode="after")
     def _bounds(self) -> AutoscalingSpec:

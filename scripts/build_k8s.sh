@@ -8,7 +8,7 @@
 # --node adds what a real single-node cluster needs for the pods e2e (tests/pods): kube-scheduler,
 # kubelet, kube-proxy, CoreDNS and KubeRay's ray-operator (cold: ~25 min more on 2 cores).
 # Go module and build caches live under the same cache dir so CI can keep them between runs.
-# Usage: scripts/build_k8s.sh [--node] [--print-bin-dir]
+# Usage: scripts/build_k8s.sh [--node] [--print-bin-dir] [--print-kuberay-version]
 set -euo pipefail
 
 KUBE_VERSION="${KUBE_VERSION:-v1.36.3}"
@@ -17,7 +17,7 @@ ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
 HELM_VERSION="${HELM_VERSION:-v3.22.0}"
 COREDNS_VERSION="${COREDNS_VERSION:-v1.15.0}"
 # The version of the vendored ray.io CRDs (shared/third_party/crds).
-KUBERAY_VERSION="${KUBERAY_VERSION:-v1.7.0}"
+KUBERAY_VERSION="${KUBERAY_VERSION:-v1.6.2}"
 
 CACHE="${RAGINDEX_CACHE:-$HOME/.cache/ragindex}"
 ROOT="$CACHE/k8s/$KUBE_VERSION"
@@ -26,8 +26,9 @@ NODE=0
 for arg in "$@"; do
   case "$arg" in
     --print-bin-dir) echo "$BIN"; exit 0 ;;
+    --print-kuberay-version) echo "$KUBERAY_VERSION"; exit 0 ;;
     --node) NODE=1 ;;
-    *) echo "build_k8s.sh: unknown argument '$arg' (use --node, --print-bin-dir)" >&2; exit 2 ;;
+    *) echo "build_k8s.sh: unknown argument '$arg' (use --node, --print-bin-dir, --print-kuberay-version)" >&2; exit 2 ;;
   esac
 done
 
@@ -157,30 +158,26 @@ GO
   touch .plugins-2
 }
 
-# KubeRay's operator. The Go module proxy answers 403 ("This module version is not available")
-# for ray-operator v1.7.0's zip (its .mod and .info are served), so a git checkout of the tag can
-# stand in: KUBERAY_SRC=<kuberay repo> (its ray-operator/ folder is built, deps still come from
-# the proxy).
+# KubeRay's operator, from its module zip on the Go proxy. Ask for the exact version: `go list -m
+# -versions` lists fewer versions than the proxy serves (v1.6.2 is served, v1.7.0 answers 403).
 kuberay_build() {
-  if [[ -x "$BIN/ray-operator" ]]; then log "ray-operator exists, skipped"; return; fi
+  if [[ -x "$BIN/ray-operator" && -f "$BIN/.ray-operator-$KUBERAY_VERSION" ]]; then
+    log "ray-operator $KUBERAY_VERSION exists, skipped"; return
+  fi
   local dir="$ROOT/src/kuberay-$KUBERAY_VERSION"
   if [[ ! -f "$dir/go.mod" ]]; then
     rm -rf "$dir" && mkdir -p "$dir"
     local zipdir
     zipdir="$(go mod download -json "github.com/ray-project/kuberay/ray-operator@$KUBERAY_VERSION" \
-      | sed -n 's/.*"Dir": "\(.*\)".*/\1/p' || true)"
-    if [[ -n "$zipdir" && -f "$zipdir/go.mod" ]]; then
-      cp -r "$zipdir/." "$dir/" && chmod -R u+w "$dir"
-    elif [[ -n "${KUBERAY_SRC:-}" ]]; then
-      git -C "$KUBERAY_SRC" archive "ray-operator/$KUBERAY_VERSION" ray-operator | tar -x -C "$dir" --strip-components=1
-    else
-      echo "build_k8s.sh: the Go proxy has no ray-operator@$KUBERAY_VERSION zip; set KUBERAY_SRC to a kuberay git checkout" >&2
-      exit 1
-    fi
+      | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')"
+    [[ -n "$zipdir" && -f "$zipdir/go.mod" ]] \
+      || { echo "build_k8s.sh: the Go proxy serves no ray-operator@$KUBERAY_VERSION" >&2; exit 1; }
+    cp -r "$zipdir/." "$dir/" && chmod -R u+w "$dir"
   fi
   cd "$dir"
   timed ray-operator go build -ldflags "-s -w" -o "$BIN/ray-operator.tmp" .
   mv "$BIN/ray-operator.tmp" "$BIN/ray-operator"
+  rm -f "$BIN"/.ray-operator-* && touch "$BIN/.ray-operator-$KUBERAY_VERSION"
 }
 
 log "bin dir $BIN (kube $KUBE_VERSION, etcd $ETCD_VERSION, helm $HELM_VERSION)"

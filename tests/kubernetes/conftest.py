@@ -32,6 +32,7 @@ import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from ragindex.log.kafka_server import KafkaServer, start_kafka
 from ragindex.netutil import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -102,15 +103,22 @@ class KubeCluster:
         return self.run("helm", *args, **kwargs)  # type: ignore[arg-type]
 
 
-def bin_dir() -> Path:
-    """Where build_k8s.sh puts the binaries (the script owns the pinned versions)."""
+def _build_script(flag: str) -> str:
+    """What build_k8s.sh prints for `flag` (the script owns the pinned versions)."""
     out = subprocess.run(
-        ["bash", str(BUILD_SCRIPT), "--print-bin-dir"],
-        capture_output=True,
-        text=True,
-        check=True,
+        ["bash", str(BUILD_SCRIPT), flag], capture_output=True, text=True, check=True
     )
-    return Path(out.stdout.strip())
+    return out.stdout.strip()
+
+
+def bin_dir() -> Path:
+    """Where build_k8s.sh puts the binaries."""
+    return Path(_build_script("--print-bin-dir"))
+
+
+def kuberay_version() -> str:
+    """The pinned KubeRay release (its ray-operator binary, image and CRDs)."""
+    return _build_script("--print-kuberay-version")
 
 
 def ensure_binaries() -> Path:
@@ -684,7 +692,7 @@ def start_node(workdir: Path) -> KubeCluster:
         # KubeRay's operator also watches the kinds we do not vendor (RayJob, RayCronJob) and
         # exits when their CRDs are missing: those come from its own source.
         vendored = {p.name for p in THIRD_PARTY_CRDS.glob("*.yaml")}
-        kuberay_src = sorted(bins.parent.glob("src/kuberay-*/config/crd/bases"))[-1]
+        kuberay_src = bins.parent / "src" / f"kuberay-{kuberay_version()}" / "config/crd/bases"
         extra = [p for p in sorted(kuberay_src.glob("ray.io_*.yaml")) if p.name not in vendored]
         args = [a for p in extra for a in ("-f", str(p))]
         cluster.kubectl("apply", "--server-side", "--field-manager=ragindex-tests", *args)
@@ -783,3 +791,42 @@ def kube_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeCluster]
         else:
             os.environ["KUBECONFIG"] = previous
         stop_node(cluster)
+
+
+KAFKA_SERVICE_PORT = 9092
+
+
+@pytest.fixture(scope="session")
+def node_kafka(kube_node: KubeCluster) -> Iterator[KafkaServer]:
+    """One Kafka broker on the node's address, for `log.mode: external`: pods reach it through
+    the Service `kafka` in namespace `kafka` (port 9092; a selector-less Service with an
+    EndpointSlice, as for brokers outside the cluster) and then at its advertised address."""
+    server = start_kafka(heap_mb=512, host=NODE_IP)
+    objects = [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kafka"}},
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "kafka", "namespace": "kafka"},
+            "spec": {
+                "ports": [{"name": "kafka", "port": KAFKA_SERVICE_PORT, "targetPort": server.port}]
+            },
+        },
+        {
+            "apiVersion": "discovery.k8s.io/v1",
+            "kind": "EndpointSlice",
+            "metadata": {
+                "name": "kafka-node",
+                "namespace": "kafka",
+                "labels": {"kubernetes.io/service-name": "kafka"},
+            },
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": [NODE_IP]}],
+            "ports": [{"name": "kafka", "port": server.port, "protocol": "TCP"}],
+        },
+    ]
+    try:
+        kube_node.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(objects))
+        yield server
+    finally:
+        server.stop()

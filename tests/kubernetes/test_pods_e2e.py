@@ -1,20 +1,28 @@
-"""End to end on real pods: our chart's operator, KubeRay and the Serve app in containers on a
-real kubelet (the `kube_node` fixture), nothing writing status but the controllers themselves.
+"""End to end on real pods: the product as users run it, on a real kubelet (`kube_node`), with
+nothing writing status but the controllers themselves.
 
-helm install (operator image built here) -> kubectl apply the small example -> KubeRay starts
-the Ray head and worker from our Ray image -> the RayService is Ready by KubeRay's own status ->
-through the RagIndex's Service: 401 without a token, ingest, cited hits for a tenant ->
-kubectl delete -> every pod and child object gone.
+helm install (our chart, the operator image built here) -> kubectl apply the small example
+(log on an external Kafka: the `node_kafka` broker) -> KubeRay starts head and worker from our
+Ray image -> the RayService is Ready by KubeRay's status, the RagIndex Ready with its endpoint ->
+through the RagIndex's Service: 401 without a token, ingest with ?wait=true, cited hits and an
+answer for a tenant, nothing for another tenant -> a generation change under load (an embedder
+change, then dense.shards 2 -> 3, each backfilled, checked and promoted while one client writes
+and another searches) -> autoscaling (a closed-loop ramp adds Router replicas, they go again
+after it) -> kubectl delete -> every pod and child object gone.
 
-Not in the default run (marker `pods`, deselected by addopts): `scripts/setup_pods.sh` (root,
-~30 min cold) then `.venv/bin/pytest -m pods tests/kubernetes/test_pods_e2e.py -s`.
+Marker `pods`: `scripts/test.sh` prepares the node (`scripts/setup_pods.sh`) and runs it.
+The figures (failed searches, empty pages, lost writes, time to promotion, the autoscaling
+timeline) are printed and written to `$RAGINDEX_CACHE/reports/pods-e2e.json`.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,25 +30,42 @@ import httpx
 import pytest
 import yaml
 
+from ragindex.config import RagIndexSpec
+from ragindex.generations import index_generation
 from ragindex.router.auth import create_token, tokens_path
+from ragindex.serve_config import ROUTER
 
-pytestmark = [pytest.mark.kubernetes, pytest.mark.pods, pytest.mark.slow]
+from .conftest import CACHE, KafkaServer, KubeCluster
+
+# The whole journey takes tens of minutes on 2 cores; each wait inside has its own bound.
+pytestmark = [
+    pytest.mark.kubernetes,
+    pytest.mark.pods,
+    pytest.mark.slow,
+    pytest.mark.timeout(3600),
+]
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "helm" / "ragindex-operator"
 EXAMPLE = REPO / "examples" / "ragindex-small.yaml"
+REPORT = CACHE / "reports" / "pods-e2e.json"
 NAMESPACE = "e2e"
-# Sizes that fit a 2-core node: Ray keeps one logical CPU per deployment (6 for the small
-# spec, all on one worker) while the pods request a fraction of a core.
+INDEX = "docs"
+# Sizes that fit a 2-core node: Ray keeps its logical CPUs per pod while the pods request a
+# fraction of a core.
 OPERATOR_ARGS = [
     "--head-cpus=1",
-    "--head-memory=4Gi",
+    "--head-memory=3Gi",
     "--cpu-worker-cpus=8",
     "--cpu-worker-memory=6Gi",
     "--ray-cpu-request=100m",
 ]
-READY_TIMEOUT_S = 1200.0
+# Upper bounds for states that do come on a healthy node; a failure prints the pods' events
+# and logs instead of waiting on.
+READY_TIMEOUT_S = 900.0
+PROMOTION_TIMEOUT_S = 900.0
 GONE_TIMEOUT_S = 300.0
+KNOWN_QUERY = "tower with a lamp for ships"
 DOCS = [
     {
         "source": "wiki",
@@ -66,28 +91,177 @@ def poll(
         value = probe()
         if value:
             return value
-        time.sleep(5.0)
+        time.sleep(3.0)
     pytest.fail(f"{what} not within {timeout_s:.0f} s\n{on_timeout()}")
 
 
-def test_ragindex_on_real_pods(kube_node, tmp_path: Path) -> None:
-    kubectl = kube_node.kubectl
+@dataclass
+class Load:
+    """One client writing (each acknowledged write recorded) and one searching for a known
+    document at a steady rate, through the RagIndex's Service, until `stop`."""
 
-    def pods_wide() -> str:
-        out = kubectl("get", "pods", "-A", "-o", "wide", check=False).stdout
-        print(f"\n$ kubectl get pods -A -o wide\n{out}")
-        return out
+    base: str
+    token: str
+    write_interval_s: float = 0.5
+    search_interval_s: float = 0.25
+    acked: list[int] = field(default_factory=list)
+    write_failures: list[str] = field(default_factory=list)
+    searches: int = 0
+    failed_searches: list[str] = field(default_factory=list)
+    empty_pages: int = 0
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _threads: list[threading.Thread] = field(default_factory=list)
 
-    def diagnose() -> str:
-        parts = [pods_wide()]
+    @staticmethod
+    def marker(i: int) -> str:
+        return f"zq{i}x"
+
+    def start(self) -> None:
+        for target in (self._write, self._search):
+            thread = threading.Thread(target=target, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=120)
+
+    def _client(self) -> httpx.Client:
+        # A new connection per request, as a load balancer's client would see the Service:
+        # kube-proxy picks the serving generation's pods per connection.
+        return httpx.Client(
+            base_url=self.base,
+            timeout=30.0,
+            headers={"Authorization": f"Bearer {self.token}"},
+            limits=httpx.Limits(max_keepalive_connections=0),
+        )
+
+    def _write(self) -> None:
+        i = 0
+        with self._client() as client:
+            while not self._stop.wait(self.write_interval_s):
+                i += 1
+                doc = {
+                    "source": "load",
+                    "doc_id": f"w{i}",
+                    "title": f"Load record {i}",
+                    "text": f"Harbour log entry {i} carries the marker {self.marker(i)}.",
+                }
+                try:
+                    r = client.post("/v1/documents", json={"documents": [doc]})
+                except httpx.HTTPError as err:
+                    self.write_failures.append(f"w{i}: {type(err).__name__}")
+                    continue
+                if r.status_code == 200:
+                    self.acked.append(i)
+                else:
+                    self.write_failures.append(f"w{i}: {r.status_code} {r.text[:200]}")
+
+    def _search(self) -> None:
+        with self._client() as client:
+            while not self._stop.wait(self.search_interval_s):
+                self.searches += 1
+                try:
+                    r = client.post("/v1/search", json={"query": KNOWN_QUERY, "k": 4})
+                except httpx.HTTPError as err:
+                    self.failed_searches.append(type(err).__name__)
+                    continue
+                if r.status_code != 200:
+                    self.failed_searches.append(f"{r.status_code} {r.text[:200]}")
+                elif not any(h["doc_id"] == "lighthouse" for h in r.json()["hits"]):
+                    self.empty_pages += 1
+
+
+class Node:
+    """The test's view of the cluster: kubectl with the pods' state on failure."""
+
+    def __init__(self, cluster: KubeCluster) -> None:
+        self.kubectl = cluster.kubectl
+
+    def show(self, *args: str) -> str:
+        out = self.kubectl(*args, check=False).stdout
+        text = f"$ kubectl {' '.join(args)}\n{out}"
+        print(text)
+        return text
+
+    def diagnose(self) -> str:
+        parts = [
+            self.show("get", "pods", "-A", "-o", "wide"),
+            self.show("-n", NAMESPACE, "get", "ragindex,rayservice,raycluster"),
+        ]
         for args in (
-            ("get", "rayservice,raycluster,ragindex,svc,pvc,pv", "-n", NAMESPACE, "-o", "yaml"),
+            ("-n", NAMESPACE, "get", "ragindex,rayservice", "-o", "yaml"),
             ("get", "events", "-A", "--sort-by=.lastTimestamp"),
-            ("logs", "-n", "ragindex-system", "deploy/ragindex-operator", "--tail=60"),
-            ("logs", "-n", "kuberay", "deploy/kuberay-operator", "--tail=60"),
+            ("logs", "-n", "ragindex-system", "deploy/ragindex-operator", "--tail=80"),
+            ("logs", "-n", "kuberay", "deploy/kuberay-operator", "--tail=40"),
         ):
-            parts.append(kubectl(*args, check=False).stdout[-6000:])
+            parts.append(self.kubectl(*args, check=False).stdout[-8000:])
+        for pod in self.kubectl(
+            "-n", NAMESPACE, "get", "pods", "-o", "name", check=False
+        ).stdout.split():
+            logs = self.kubectl("-n", NAMESPACE, "logs", pod, "--all-containers", "--tail=40",
+                                check=False)  # fmt: skip
+            parts.append(f"--- {pod}\n{logs.stdout[-4000:]}{logs.stderr[-1000:]}")
         return "\n".join(parts)
+
+    def ragindex(self) -> dict[str, Any]:
+        out = self.kubectl("-n", NAMESPACE, "get", "ragindex", INDEX, "-o", "json").stdout
+        return dict(json.loads(out))
+
+    def condition(self, obj: dict[str, Any], type_: str) -> bool:
+        conditions = (obj.get("status") or {}).get("conditions") or []
+        return any(c["type"] == type_ and c["status"] == "True" for c in conditions)
+
+    def ray_service(self, generation: str) -> dict[str, Any] | None:
+        out = self.kubectl(
+            "-n", NAMESPACE, "get", "rayservice", f"{INDEX}-{generation}", "-o", "json",
+            check=False,
+        )  # fmt: skip
+        return json.loads(out.stdout) if out.returncode == 0 else None
+
+    def serving(self, generation: str) -> bool:
+        """The RagIndex serves `generation`: promoted, and Ready by our operator."""
+        index = self.ragindex()
+        status = index.get("status") or {}
+        return status.get("activeGeneration") == generation and self.condition(index, "Ready")
+
+    def head_ip(self, generation: str) -> str:
+        return str(
+            self.kubectl(
+                "-n",
+                NAMESPACE,
+                "get",
+                "pods",
+                "-o",
+                "jsonpath={.items[0].status.podIP}",
+                "-l",
+                f"ragindex.dev/generation={generation},ray.io/node-type=head",
+            ).stdout
+        )
+
+
+def spec_generation(patch: dict[str, Any]) -> str:
+    """The generation the example names once `patch` (a merge patch of its spec) is applied."""
+    spec = yaml.safe_load(EXAMPLE.read_text())["spec"]
+    for key, value in patch.items():
+        spec[key] = {**spec.get(key, {}), **value}
+    return index_generation(RagIndexSpec.model_validate(spec))
+
+
+def router_replicas(head_ip: str) -> int:
+    """Running Router replicas, by Serve's own controller (the head's dashboard API)."""
+    r = httpx.get(f"http://{head_ip}:8265/api/serve/applications/", timeout=10.0)
+    r.raise_for_status()
+    deployments = r.json()["applications"]["ragindex"]["deployments"]
+    return sum(1 for rep in deployments[ROUTER]["replicas"] if rep["state"] == "RUNNING")
+
+
+def test_ragindex_on_real_pods(
+    kube_node: KubeCluster, node_kafka: KafkaServer, tmp_path: Path
+) -> None:
+    node = Node(kube_node)
+    report: dict[str, Any] = {}
 
     # The operator, from the chart and the image built here (never pulled).
     kube_node.helm(
@@ -99,93 +273,191 @@ def test_ragindex_on_real_pods(kube_node, tmp_path: Path) -> None:
         "--wait", "--timeout=5m",
         timeout=360,
     )  # fmt: skip
-    pods_wide()
 
-    # What the RagIndex needs from its namespace: the tokens Secret and room for the data claim
-    # (no dynamic provisioner on this node: a hostPath volume the claim binds to).
+    # What the RagIndex needs from its namespace: the tokens Secret, labelled for this index.
+    kubectl = kube_node.kubectl
     kubectl("create", "namespace", NAMESPACE)
     store = tmp_path / "tokens"
-    token = create_token(store, "alpha")
+    alpha = create_token(store, "alpha")
+    beta = create_token(store, "beta")
     kubectl(
         "-n", NAMESPACE, "create", "secret", "generic", "docs-api-tokens",
         f"--from-file=tokens.json={tokens_path(store)}",
     )  # fmt: skip
-    data = tmp_path / "volume"
-    data.mkdir(mode=0o777)
-    data.chmod(0o777)  # the Ray image runs as uid 1000
-    volume = {
-        "apiVersion": "v1",
-        "kind": "PersistentVolume",
-        "metadata": {"name": "e2e-data"},
-        "spec": {
-            "capacity": {"storage": "1Gi"},
-            "accessModes": ["ReadWriteMany"],
-            "persistentVolumeReclaimPolicy": "Retain",
-            "hostPath": {"path": str(data), "type": "Directory"},
-        },
-    }
-    kubectl("apply", "-f", "-", input=yaml.safe_dump(volume))
+    kubectl(
+        "-n", NAMESPACE, "label", "secret", "docs-api-tokens", f"ragindex.dev/secret-for={INDEX}"
+    )
 
+    started = time.monotonic()
     kubectl("-n", NAMESPACE, "apply", "-f", str(EXAMPLE))
-
-    def ray_service() -> dict[str, Any] | None:
-        out = kubectl("-n", NAMESPACE, "get", "rayservice", "-o", "json", check=False)
-        items = json.loads(out.stdout or "{}").get("items") or []
-        return items[0] if items else None
+    first = spec_generation({})
 
     def kuberay_ready() -> bool:
-        rs = ray_service()
-        conditions = ((rs or {}).get("status") or {}).get("conditions") or []
-        return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+        rs = node.ray_service(first)
+        return rs is not None and node.condition(rs, "Ready")
 
-    poll("RayService Ready (KubeRay's condition)", kuberay_ready, READY_TIMEOUT_S, diagnose)
-    pods = pods_wide()
+    poll("RayService Ready (KubeRay's condition)", kuberay_ready, READY_TIMEOUT_S, node.diagnose)
+    report["rayservice_ready_s"] = round(time.monotonic() - started, 1)
+    poll("RagIndex Ready (our operator)", lambda: node.serving(first), 300, node.diagnose)
+    report["ragindex_ready_s"] = round(time.monotonic() - started, 1)
+    index = node.ragindex()
+    assert index["status"]["endpoint"] == f"http://{INDEX}.{NAMESPACE}.svc:8000/"
+    pods = node.show("get", "pods", "-A", "-o", "wide")
+    node.show("-n", NAMESPACE, "get", "ragindex,rayservice")
     assert "ragindex-operator" in pods and "kuberay-operator" in pods
     assert "-head-" in pods and "-worker-" in pods
 
-    def index_ready() -> bool:
-        out = kubectl("-n", NAMESPACE, "get", "ragindex", "docs", "-o", "json").stdout
-        conditions = (json.loads(out).get("status") or {}).get("conditions") or []
-        return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
-
-    poll("RagIndex Ready (our operator's condition)", index_ready, 300, diagnose)
-
     # Through the RagIndex's own Service (a ClusterIP; kube-proxy routes it from the node).
-    ip = kubectl("-n", NAMESPACE, "get", "svc", "docs", "-o", "jsonpath={.spec.clusterIP}").stdout
+    ip = kubectl("-n", NAMESPACE, "get", "svc", INDEX, "-o", "jsonpath={.spec.clusterIP}").stdout
     base = f"http://{ip}:8000"
     with httpx.Client(base_url=base, timeout=60.0) as anonymous:
-        r = anonymous.post("/v1/search", json={"query": "lighthouse"})
-        assert r.status_code == 401, r.text
-    auth = {"Authorization": f"Bearer {token}"}
-    with httpx.Client(base_url=base, timeout=120.0, headers=auth) as client:
-        r = client.post("/v1/documents", json={"documents": DOCS})
+        assert anonymous.post("/v1/search", json={"query": "lighthouse"}).status_code == 401
+    with httpx.Client(
+        base_url=base, timeout=120.0, headers={"Authorization": f"Bearer {alpha}"}
+    ) as client:
+        r = client.post("/v1/documents", params={"wait": "true"}, json={"documents": DOCS})
         assert r.status_code == 200, r.text
         assert [d["added"] for d in r.json()["results"]] == [1, 1]
-
-        def cited_hits() -> list[dict[str, Any]]:
-            r = client.post("/v1/search", json={"query": "tower with a lamp for ships", "k": 2})
-            assert r.status_code == 200, r.text
-            hits: list[dict[str, Any]] = r.json()["hits"]
-            return hits if hits and hits[0]["doc_id"] == "lighthouse" else []
-
-        hits = poll("the ingested documents searchable", cited_hits, 120, diagnose)
-        top = hits[0]
+        r = client.post("/v1/search", json={"query": KNOWN_QUERY, "k": 2})
+        assert r.status_code == 200, r.text
+        top = r.json()["hits"][0]
         assert (top["source"], top["doc_id"], top["title"]) == ("wiki", "lighthouse", "Lighthouses")
         assert top["chunk_id"] == "wiki:lighthouse:0"
+        r = client.post("/v1/answer", json={"question": "What guides ships at night?"})
+        assert r.status_code == 200, r.text
+        answer = r.json()
+        assert not answer["refused"] and "wiki:lighthouse:0" in answer["citations"], answer
+    with httpx.Client(
+        base_url=base, timeout=60.0, headers={"Authorization": f"Bearer {beta}"}
+    ) as other:
+        r = other.post("/v1/search", json={"query": KNOWN_QUERY, "k": 8})
+        assert r.status_code == 200 and r.json()["hits"] == [], r.text
+
+    # A generation change under load: the embedder (ONNX fp32 -> int8, a new identity), then
+    # the dense layout (2 -> 3 shards); each is backfilled from the log, checked and promoted
+    # while writes and searches go on through the Service.
+    load = Load(base, alpha)
+    load.start()
+    promotions = []
+    changed: dict[str, Any] = {}
+    try:
+        for patch in ({"embedder": {"backend": "onnx-int8"}}, {"dense": {"shards": 3}}):
+            changed |= patch
+            target = spec_generation(changed)
+            t0 = time.monotonic()
+            kubectl("-n", NAMESPACE, "patch", "ragindex", INDEX, "--type=merge",
+                    "-p", json.dumps({"spec": patch}))  # fmt: skip
+            poll(f"generation {target} promoted", lambda t=target: node.serving(t),
+                 PROMOTION_TIMEOUT_S, node.diagnose)  # fmt: skip
+            promotions.append(
+                {"change": patch, "generation": target, "seconds": round(time.monotonic() - t0)}
+            )
+    finally:
+        load.stop()
+
+    # Every acknowledged write is searchable on the promoted generation.
+    def missing_writes() -> list[int]:
+        left = []
+        with httpx.Client(
+            base_url=base, timeout=60.0, headers={"Authorization": f"Bearer {alpha}"}
+        ) as client:
+            for i in load.acked:
+                r = client.post(
+                    "/v1/search", json={"query": Load.marker(i), "k": 3, "mode": "lexical"}
+                )
+                if r.status_code != 200 or f"w{i}" not in [h["doc_id"] for h in r.json()["hits"]]:
+                    left.append(i)
+        return left
+
+    deadline = time.monotonic() + 60
+    missing = missing_writes()
+    while missing and time.monotonic() < deadline:
+        time.sleep(5)
+        missing = missing_writes()
+    report["generation_change"] = {
+        "promotions": promotions,
+        "searches": load.searches,
+        "failed_searches": len(load.failed_searches),
+        "failed_search_samples": load.failed_searches[:5],
+        "empty_pages": load.empty_pages,
+        "acknowledged_writes": len(load.acked),
+        "write_failures": len(load.write_failures),
+        "write_failure_samples": load.write_failures[:5],
+        "acknowledged_writes_missing": missing,
+    }
+    node.show("-n", NAMESPACE, "get", "ragindex,rayservice")
+
+    # Autoscaling: a closed-loop ramp against the query endpoint; Serve's autoscaler adds Router
+    # replicas, and removes them once the load stops (downscaleDelayS in the example).
+    head = node.head_ip(promotions[-1]["generation"])
+    timeline: list[dict[str, Any]] = []
+    ramp_t0 = time.monotonic()
+
+    def sample(clients: int, latencies: list[float]) -> None:
+        p99 = sorted(latencies)[int(0.99 * (len(latencies) - 1))] if latencies else None
+        timeline.append({
+            "t_s": round(time.monotonic() - ramp_t0),
+            "clients": clients,
+            "router_replicas": router_replicas(head),
+            "p99_ms": round(p99 * 1000, 1) if p99 is not None else None,
+            "requests": len(latencies),
+        })  # fmt: skip
+
+    def closed_loop(stop: threading.Event, latencies: list[float]) -> None:
+        with httpx.Client(
+            base_url=base, timeout=60.0, headers={"Authorization": f"Bearer {alpha}"}
+        ) as client:
+            while not stop.is_set():
+                t = time.perf_counter()
+                r = client.post("/v1/search", json={"query": KNOWN_QUERY, "k": 4})
+                if r.status_code == 200:
+                    latencies.append(time.perf_counter() - t)
+
+    sample(0, [])
+    scaled_up = False
+    for clients in (2, 6, 12):
+        stop = threading.Event()
+        latencies: list[float] = []
+        with ThreadPoolExecutor(clients) as pool:
+            for _ in range(clients):
+                pool.submit(closed_loop, stop, latencies)
+            for _ in range(6):
+                time.sleep(10)
+                sample(clients, latencies)
+                latencies.clear()
+                scaled_up = scaled_up or timeline[-1]["router_replicas"] > 1
+            stop.set()
+        if scaled_up:
+            break
+    assert scaled_up, f"no Router replica was added under load: {timeline}"
+
+    def scaled_down() -> bool:
+        sample(0, [])
+        return bool(timeline[-1]["router_replicas"] == 1)
+
+    poll("Router replicas back to 1 after the load", scaled_down, 240, node.diagnose)
+    report["autoscaling"] = timeline
+    node.show("get", "pods", "-A", "-o", "wide")
 
     # Deleting the RagIndex deletes everything it owns; KubeRay takes its pods down.
-    kubectl(
-        "-n", NAMESPACE, "delete", "ragindex", "docs", "--wait=true", "--timeout=120s", timeout=150
-    )
+    kubectl("-n", NAMESPACE, "delete", "ragindex", INDEX, "--wait=true", "--timeout=180s",
+            timeout=200)  # fmt: skip
 
     def all_gone() -> bool:
         left = kubectl(
-            "-n", NAMESPACE, "get", "pods,rayservice,raycluster,svc,configmap,pvc",
-            "-l", "ragindex.dev/index=docs", "-o", "name", check=False,
+            "-n", NAMESPACE, "get", "pods,rayservice,raycluster,svc,configmap,networkpolicy",
+            "-l", f"ragindex.dev/index={INDEX}", "-o", "name", check=False,
         ).stdout.split()  # fmt: skip
         pods = kubectl("-n", NAMESPACE, "get", "pods", "-o", "name", check=False).stdout.split()
         rays = kubectl("-n", NAMESPACE, "get", "rayservice,raycluster", "-o", "name").stdout
         return not left and not pods and not rays.strip()
 
-    poll("every pod and child object gone", all_gone, GONE_TIMEOUT_S, diagnose)
-    pods_wide()
+    poll("every pod and child object gone", all_gone, GONE_TIMEOUT_S, node.diagnose)
+    report["total_s"] = round(time.monotonic() - started)
+    REPORT.parent.mkdir(parents=True, exist_ok=True)
+    REPORT.write_text(json.dumps(report, indent=2))
+    print(f"pods e2e report ({REPORT}):\n{json.dumps(report, indent=2)}")
+
+    change = report["generation_change"]
+    assert change["acknowledged_writes"] > 0 and not change["acknowledged_writes_missing"], change
+    assert change["failed_searches"] == 0 and change["empty_pages"] == 0, change

@@ -74,6 +74,19 @@ def local_app(data_dir: Path, spec: RagIndexSpec) -> Iterator[ServedApp]:
 
 
 CLUSTER_APP = "ragindex-cluster"
+# Query-path autoscaling that reacts in seconds, so a test can watch replicas come and go.
+CLUSTER_SPEC = {
+    "dense": {"shards": 2},
+    "scaling": {
+        "query": {
+            "minReplicas": 1,
+            "maxReplicas": 2,
+            "targetOngoingRequests": 2,
+            "upscaleDelayS": 2,
+            "downscaleDelayS": 5,
+        }
+    },
+}
 
 
 @pytest.fixture(scope="module")
@@ -85,10 +98,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedApp]:
 
     """The rendered CLUSTER config (2 shards, default embedder, no reranker) deployed the way
     `serve run CONFIG` and KubeRay do it, on a Ray with more logical CPUs than cores (every
-    cluster deployment asks for one CPU)."""
+    cluster deployment asks for one CPU, and the query path may scale to two replicas)."""
     data_dir = tmp_path_factory.mktemp("cluster-data")
     port = free_port()
-    spec = RagIndexSpec.model_validate({"dense": {"shards": 2}})
+    spec = RagIndexSpec.model_validate(CLUSTER_SPEC)
     config = render_serve_config(
         spec,
         name=CLUSTER_APP,
@@ -97,7 +110,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedApp]:
         host="127.0.0.1",
         port=port,
     )
-    ray.init(address="local", num_cpus=8, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=12, include_dashboard=False, log_to_driver=False)
     try:
         serve.start(http_options=config["http_options"])
         client = _get_global_client()

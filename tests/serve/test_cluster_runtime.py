@@ -4,12 +4,14 @@ The config from `render_serve_config(runtime="cluster")` is deployed the way `se
 and KubeRay do it (validated as `ServeDeploySchema`, built by the controller from the import
 path), so the Router fans out over handles to Shard<i>, Lexical, QueryEmbedder and Ingest ->
 IngestEmbedder deployments. Every cluster deployment asks for one CPU; Ray accepts more
-logical CPUs than cores, so the `cluster` fixture (conftest.py) starts its own Ray with 8
-and stops it at the end of this module.
+logical CPUs than cores, so the `cluster` fixture (conftest.py) starts its own Ray with 12
+and stops it at the end of this module. Its query path autoscales within seconds (the spec's
+upscaleDelayS/downscaleDelayS), which the autoscaling test watches.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -19,14 +21,25 @@ import pytest
 
 from ragindex.config import RagIndexSpec
 from ragindex.router.auth import create_token
-from ragindex.serve_config import deployment_layout
+from ragindex.serve_config import ROUTER, deployment_layout
 
 if TYPE_CHECKING:  # fixtures come from conftest.py; pytest's importlib mode cannot import it
     from conftest import ServedApp
 
 pytestmark = [pytest.mark.serve, pytest.mark.slow]
 CLUSTER_APP = "ragindex-cluster"  # the `cluster` fixture's app and spec (tests/serve/conftest.py)
-CLUSTER_SPEC = {"dense": {"shards": 2}}
+CLUSTER_SPEC = {
+    "dense": {"shards": 2},
+    "scaling": {
+        "query": {
+            "minReplicas": 1,
+            "maxReplicas": 2,
+            "targetOngoingRequests": 2,
+            "upscaleDelayS": 2,
+            "downscaleDelayS": 5,
+        }
+    },
+}
 
 TEXTS = {
     "lighthouse": (
@@ -86,7 +99,14 @@ def test_every_rendered_deployment_runs_as_its_own_deployment(cluster: ServedApp
     deployments = serve.status().applications[CLUSTER_APP].deployments
     assert set(deployments) == {d["name"] for d in layout}
     assert {"Shard0", "Shard1", "QueryEmbedder", "IngestEmbedder", "Lexical"} <= set(deployments)
-    assert {d.status for d in deployments.values()} == {"HEALTHY"}
+
+    # Shards, Lexical and the Router ask QueryEmbedder for its identity while it still loads:
+    # with the fixture's 2 s upscale delay it may briefly add a replica, then drop it again.
+    def healthy() -> bool:
+        deployments = serve.status().applications[CLUSTER_APP].deployments
+        return {d.status for d in deployments.values()} == {"HEALTHY"}
+
+    eventually(healthy, 90)
 
 
 def test_cluster_runtime_serves_tenants_over_remote_legs(cluster: ServedApp) -> None:
@@ -134,3 +154,36 @@ def test_cluster_runtime_serves_tenants_over_remote_legs(cluster: ServedApp) -> 
     with cluster.client(tokens["alpha"]) as client:  # the other tenant's copy is untouched
         assert counts(client) == (3, 3, 3)
         assert search(client, "bread dough flour yeast oven", k=1)[0]["doc_id"] == "bread"
+
+
+def test_router_replicas_rise_under_a_ramp_and_fall_after_it(cluster: ServedApp) -> None:
+    from ray import serve
+
+    def routers() -> int:
+        deployment = serve.status().applications[CLUSTER_APP].deployments[ROUTER]
+        return int(deployment.replica_states.get("RUNNING", 0))
+
+    eventually(lambda: routers() == 1, 90)
+    token = create_token(cluster.data_dir, "ramp")
+    stop = threading.Event()
+    answered: list[int] = []
+
+    def closed_loop() -> None:
+        with cluster.client(token) as client:
+            while not stop.is_set():
+                r = client.post("/v1/search", json={"query": "lighthouse lamp", "k": 3})
+                answered.append(r.status_code)
+
+    clients = [threading.Thread(target=closed_loop) for _ in range(8)]
+    for thread in clients:
+        thread.start()
+    try:
+        # Eight requests in flight against a target of two per replica: Serve adds the second
+        # Router (maxReplicas) once upscaleDelayS has passed and its metrics arrived.
+        eventually(lambda: routers() == 2, 120)
+    finally:
+        stop.set()
+        for thread in clients:
+            thread.join(timeout=60)
+    assert answered and set(answered) == {200}, sorted(set(answered))
+    eventually(lambda: routers() == 1, 120)  # downscaleDelayS after the load stopped
