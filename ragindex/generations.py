@@ -198,6 +198,23 @@ class BuildReport:
         return report
 
 
+def backfill_goal(
+    goal: Mapping[int, int] | None, consumed: Mapping[int, int], ends: Mapping[int, int]
+) -> tuple[bool, dict[int, int]]:
+    """Whether a backfill caught up with `docs`, and the goal to hold it to at the next report.
+
+    Under steady writes the workers always trail the end of `docs`, so "caught up" means:
+    consumed everything that was in `docs` when the goal was set (at the first report, now).
+    The goal stays until it is reached, so a backfill that trails the writes by any bounded lag
+    gets there; a goal moved to the end at every report would need the lag to stay under the
+    interval between reports, which a loaded node does not give. Once reached, the next goal
+    is the end as it is now."""
+    target = dict(goal) if goal is not None else dict(ends)
+    if any(consumed.get(p, 0) < end for p, end in target.items()):
+        return False, target
+    return True, dict(ends)
+
+
 def build_report(generation: str, evidence: PromotionEvidence) -> BuildReport:
     """The report of `evidence` (pure): progress, and the checks once the backfill caught up."""
     consumed = sum(min(evidence.consumed.get(p, 0), e) for p, e in evidence.docs_end.items())

@@ -24,6 +24,7 @@ from ragindex.generations import (
     SELF_CHECK_TOP_K,
     BuildReport,
     PromotionEvidence,
+    backfill_goal,
     build_report,
     self_check_sample,
 )
@@ -151,29 +152,27 @@ def generation_report(
     goal: Mapping[int, int] | None = None,
     views_wait_s: float = VIEWS_WAIT_S,
 ) -> tuple[BuildReport, dict[int, int]]:
-    """The report the generation's Router serves, and the `docs` end offsets it saw (the
-    caller passes them back as `goal` next time).
+    """The report the generation's Router serves, and the `docs` offsets to hold the backfill
+    to next time (the caller passes them back as `goal`).
 
-    Under steady writes the workers always trail the end of `docs` by a few records, so
-    "caught up" means: consumed everything that was in `docs` at the previous report (`goal`;
-    at the first report, now). Then the views must apply the chunks produced up to that cut
-    (`views_reached(chunk offsets)`, polled for up to `views_wait_s`), and the checks run on
-    the cut. Until both hold the report has no checks (the operator shows Backfilling n%, or
-    Verifying)."""
+    "Caught up" is `backfill_goal`'s: consumed everything that was in `docs` when the goal was
+    set. Then the views must apply the chunks produced up to that cut (`views_reached(chunk
+    offsets)`, polled for up to `views_wait_s`), and the checks run on the cut. Until both hold
+    the report has no checks (the operator shows Backfilling n%, or Verifying)."""
     consumed = consumed_offsets(log_, topics)
     ends = end_offsets(log_, topics)
-    target = dict(goal) if goal is not None else ends
     progress = BuildReport(
         generation, sum(min(c, ends[p]) for p, c in consumed.items()), sum(ends.values())
     )
-    if any(consumed[p] < target.get(p, 0) for p in consumed):
-        return progress, ends
+    reached, next_goal = backfill_goal(goal, consumed, ends)
+    if not reached:
+        return progress, next_goal
     # Read after `consumed`: every chunk produced for the cut is below these offsets.
     chunk_goal = [applied_target(log_, topics.chunks, s) for s in range(topics.shards)]
     deadline = time.monotonic() + views_wait_s
     while not views_reached(chunk_goal):
         if time.monotonic() > deadline:
-            return progress, ends
+            return progress, next_goal
         time.sleep(VIEWS_POLL_S)
     evidence = gather_evidence(
         log_,
@@ -184,4 +183,4 @@ def generation_report(
         consumed,  # caught up as of the cut; what was written since is left out
         settled=lambda: consumed_offsets(log_, topics),
     )
-    return build_report(generation, evidence), ends
+    return build_report(generation, evidence), next_goal

@@ -16,6 +16,7 @@ from ragindex.generations import (
     GenerationRecord,
     PromotionEvidence,
     alias_switch,
+    backfill_goal,
     build_report,
     changed_generation_fields,
     expired,
@@ -205,3 +206,27 @@ def test_bad_transitions_are_refused_and_change_nothing() -> None:
     assert failed.generations[index_generation(new)].reason == "self-check: x"
     with pytest.raises(InvalidInput, match="is not built"):
         promote(failed, index_generation(new), now=3.0)
+
+
+def test_a_backfill_that_trails_steady_writes_catches_up() -> None:
+    # Found on real pods: under one write every few seconds, a new generation's workers trailed
+    # `docs` by 4 records for minutes, and its report, holding them to the end `docs` had at
+    # the previous report, stayed "Backfilling 96%" forever. Here the workers trail by 3
+    # records and consume exactly as fast as the writer writes, one report per write.
+    end, consumed, goal = 10, 7, None
+    caught_up_at = None
+    for report in range(6):
+        reached, goal = backfill_goal(goal, {0: consumed}, {0: end})
+        if reached:
+            caught_up_at = report
+            break
+        assert goal == {0: 10}  # held until reached, not moved to each report's end
+        end, consumed = end + 1, consumed + 1
+    assert caught_up_at == 3
+    assert goal == {0: 13}  # the next goal is the end when this one was reached
+
+
+def test_a_backfill_goal_counts_every_partition() -> None:
+    reached, goal = backfill_goal({0: 5, 1: 5}, {0: 9, 1: 4}, {0: 9, 1: 6})
+    assert (reached, goal) == (False, {0: 5, 1: 5})
+    assert backfill_goal(None, {0: 3}, {0: 3}) == (True, {0: 3})

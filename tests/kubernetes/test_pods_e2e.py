@@ -153,7 +153,7 @@ class Load:
                 except httpx.HTTPError as err:
                     self.write_failures.append(f"w{i}: {type(err).__name__}")
                     continue
-                if r.status_code == 200:
+                if r.status_code == 202:  # accepted: durable in the log
                     self.acked.append(i)
                 else:
                     self.write_failures.append(f"w{i}: {r.status_code} {r.text[:200]}")
@@ -316,8 +316,10 @@ def test_ragindex_on_real_pods(
         base_url=base, timeout=120.0, headers={"Authorization": f"Bearer {alpha}"}
     ) as client:
         r = client.post("/v1/documents", params={"wait": "true"}, json={"documents": DOCS})
-        assert r.status_code == 200, r.text
-        assert [d["added"] for d in r.json()["results"]] == [1, 1]
+        assert r.status_code == 202, r.text
+        body = r.json()
+        assert body["applied"] is True, body  # ?wait=true: searchable on every view
+        assert [d["doc_id"] for d in body["accepted"]] == ["lighthouse", "volcano"]
         r = client.post("/v1/search", json={"query": KNOWN_QUERY, "k": 2})
         assert r.status_code == 200, r.text
         top = r.json()["hits"][0]
