@@ -17,6 +17,7 @@ timeline) are printed and written to `$RAGINDEX_CACHE/reports/pods-e2e.json`.
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 import time
@@ -226,19 +227,27 @@ class Node:
         status = index.get("status") or {}
         return status.get("activeGeneration") == generation and self.condition(index, "Ready")
 
-    def head_ip(self, generation: str) -> str:
-        return str(
+    def dashboard(self, generation: str) -> tuple[str, dict[str, str]]:
+        """The generation's Ray dashboard URL and the header its token auth asks for (KubeRay
+        keeps the token in a Secret named after the RayCluster)."""
+        head = json.loads(
             self.kubectl(
                 "-n",
                 NAMESPACE,
                 "get",
                 "pods",
                 "-o",
-                "jsonpath={.items[0].status.podIP}",
+                "json",
                 "-l",
                 f"ragindex.dev/generation={generation},ray.io/node-type=head",
             ).stdout
-        )
+        )["items"][0]
+        cluster = head["metadata"]["labels"]["ray.io/cluster"]
+        token = self.kubectl(
+            "-n", NAMESPACE, "get", "secret", cluster, "-o", "jsonpath={.data.auth_token}"
+        ).stdout
+        header = {"x-ray-authorization": f"Bearer {base64.b64decode(token).decode()}"}
+        return f"http://{head['status']['podIP']}:8265", header
 
 
 def spec_generation(patch: dict[str, Any]) -> str:
@@ -249,11 +258,12 @@ def spec_generation(patch: dict[str, Any]) -> str:
     return index_generation(RagIndexSpec.model_validate(spec))
 
 
-def router_replicas(head_ip: str) -> int:
+def router_replicas(dashboard: tuple[str, dict[str, str]]) -> int:
     """Running Router replicas, by Serve's own controller (the head's dashboard API)."""
-    r = httpx.get(f"http://{head_ip}:8265/api/serve/applications/", timeout=10.0)
+    url, header = dashboard
+    r = httpx.get(f"{url}/api/serve/applications/", headers=header, timeout=10.0)
     r.raise_for_status()
-    deployments = r.json()["applications"]["ragindex"]["deployments"]
+    deployments = r.json()["applications"][INDEX]["deployments"]  # the app is named after it
     return sum(1 for rep in deployments[ROUTER]["replicas"] if rep["state"] == "RUNNING")
 
 
@@ -387,11 +397,12 @@ def test_ragindex_on_real_pods(
         "write_failure_samples": load.write_failures[:5],
         "acknowledged_writes_missing": missing,
     }
+    print(f"generation change under load: {json.dumps(report['generation_change'])}")
     node.show("-n", NAMESPACE, "get", "ragindex,rayservice")
 
     # Autoscaling: a closed-loop ramp against the query endpoint; Serve's autoscaler adds Router
     # replicas, and removes them once the load stops (downscaleDelayS in the example).
-    head = node.head_ip(promotions[-1]["generation"])
+    dashboard = node.dashboard(promotions[-1]["generation"])
     timeline: list[dict[str, Any]] = []
     ramp_t0 = time.monotonic()
 
@@ -400,7 +411,7 @@ def test_ragindex_on_real_pods(
         timeline.append({
             "t_s": round(time.monotonic() - ramp_t0),
             "clients": clients,
-            "router_replicas": router_replicas(head),
+            "router_replicas": router_replicas(dashboard),
             "p99_ms": round(p99 * 1000, 1) if p99 is not None else None,
             "requests": len(latencies),
         })  # fmt: skip
@@ -439,6 +450,7 @@ def test_ragindex_on_real_pods(
 
     poll("Router replicas back to 1 after the load", scaled_down, 240, node.diagnose)
     report["autoscaling"] = timeline
+    print(f"autoscaling: {json.dumps(timeline)}")
     node.show("get", "pods", "-A", "-o", "wide")
 
     # Deleting the RagIndex deletes everything it owns; KubeRay takes its pods down.
