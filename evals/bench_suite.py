@@ -136,44 +136,26 @@ def stage_ratios(
 
 
 def hnsw_leg(
-    collection: Collection,
-    exact: QueryEngine,
-    vectors: Mapping[str, tuple[list[str], Vectors]],
-    dense: DenseSpec,
-    root: Path,
-    k: int = 100,
+    collection: Collection, exact: QueryEngine, hnsw: QueryEngine, k: int = 100
 ) -> dict[str, Any]:
-    """The collection's dense leg again with every tenant in HNSW (exact_threshold 0) at the
-    spec's efSearch, built from the same vectors (`{tenant: (chunk ids, vectors)}`): its
-    quality, and recall@10 of its served top-10 against the exact leg's."""
-    index = ShardedDenseIndex.open(root, exact.embedder.identity, dense.shards, dense.hnsw, 0)
-    try:
-        for tenant, (ids, vecs) in vectors.items():
-            for b in range(0, len(ids), _UPSERT_BATCH):
-                index.upsert(tenant, ids[b : b + _UPSERT_BATCH], vecs[b : b + _UPSERT_BATCH])
-        kinds = sorted({kind for tenant in vectors for kind in index.kinds(tenant)})
-        hnsw = QueryEngine(
-            exact.embedder, index, exact.lexical, exact.chunks, exact.fusion, exact.lexical_spec
-        )
-        recalls: list[float] = []
+    """The collection's dense leg again on `hnsw`, the same vectors with every tenant in HNSW
+    (exact_threshold 0): its quality, and recall@10 of its served top-10 against the top-10 of
+    `exact`'s dense leg."""
+    recalls: list[float] = []
 
-        def search(tenant: str, query: str, depth: int, _leg: str) -> list[tuple[str, str]]:
-            hits = hnsw.search(tenant, query, k=depth, mode="dense", rerank=False).hits
-            truth = exact.search(tenant, query, k=10, mode="dense", rerank=False).hits
-            want = {h.chunk.chunk_id for h in truth}
-            got = {h.chunk.chunk_id for h in hits[:10]}
-            recalls.append(len(want & got) / len(want) if want else 1.0)
-            return [(h.chunk.chunk_id, h.chunk.doc_id) for h in hits]
+    def search(tenant: str, query: str, depth: int, _leg: str) -> list[tuple[str, str]]:
+        hits = hnsw.search(tenant, query, k=depth, mode="dense", rerank=False).hits
+        truth = exact.search(tenant, query, k=10, mode="dense", rerank=False).hits
+        want = {h.chunk.chunk_id for h in truth}
+        got = {h.chunk.chunk_id for h in hits[:10]}
+        recalls.append(len(want & got) / len(want) if want else 1.0)
+        return [(h.chunk.chunk_id, h.chunk.doc_id) for h in hits]
 
-        report = evaluate(collection, search, legs=("dense",), k=k).to_json()["dense"]
-    finally:
-        index.close(snapshot=False)
+    report = evaluate(collection, search, legs=("dense",), k=k).to_json()["dense"]
     return {
         "ndcg@10": report["ndcg@10"],
         "recall@100": report["recall@100"],
         "recall@10_vs_exact": round(float(np.mean(recalls)), 4),
-        "kinds": kinds,
-        "ef_search": dense.hnsw.ef_search,
     }
 
 

@@ -21,7 +21,7 @@ os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 import torch
 
-from ragindex.app.engine import LocalEngine
+from ragindex.app.embedded import EmbeddedIndex
 from ragindex.app.loading import cranfield_dir
 from ragindex.evals.answers import (
     calibrate_threshold,
@@ -38,17 +38,15 @@ from ragindex.router.generators import ExtractiveGenerator
 TENANT = "cranfield"
 
 
-def open_index(cranfield: Path) -> LocalEngine:
+def open_index(cranfield: Path) -> EmbeddedIndex:
     cache = Path(os.environ.get("RAGINDEX_CACHE", Path.home() / ".cache/ragindex"))
     data_dir = cache / "answers-cranfield"
     built = (data_dir / "built").exists()
-    engine = LocalEngine.open(data_dir)
+    engine = EmbeddedIndex(data_dir)
     if not built:
         collection = load_cranfield(cranfield)
         docs = [d.to_document("cranfield") for d in collection.corpus.values() if d.text.strip()]
-        for start in range(0, len(docs), 64):
-            list(engine.ingest.upsert(TENANT, docs[start : start + 64]))
-        engine.dense.save()
+        engine.upsert(TENANT, docs)
         (data_dir / "built").write_text("ok")
     return engine
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from ragindex.app import gate_cli
-from ragindex.app.engine import LocalEngine
+from ragindex.app.embedded import EmbeddedIndex
 from ragindex.config import DenseSpec, RagIndexSpec
 from ragindex.errors import InvalidInput
 from ragindex.evals import bench_suite as bs
@@ -36,8 +36,8 @@ def test_ef_sweep_honours_ef_search_and_times_only_fresh_queries() -> None:
 
 
 @pytest.fixture(scope="module")
-def engine(tmp_path_factory: pytest.TempPathFactory, minilm: Embedder) -> Iterator[LocalEngine]:
-    eng = LocalEngine.open(tmp_path_factory.mktemp("stages"), RagIndexSpec(), embedder=minilm)
+def engine(tmp_path_factory: pytest.TempPathFactory, minilm: Embedder) -> Iterator[EmbeddedIndex]:
+    eng = EmbeddedIndex(tmp_path_factory.mktemp("stages"), RagIndexSpec(), embedder=minilm)
     words = [
         "lift",
         "drag",
@@ -53,12 +53,12 @@ def engine(tmp_path_factory: pytest.TempPathFactory, minilm: Embedder) -> Iterat
         "shell",
     ]
     docs = [Document("s", str(i), "", " ".join(np.roll(words, i)[:6])) for i in range(12)]
-    eng.ingest.upsert("default", docs)
+    eng.upsert("default", docs)
     yield eng
     eng.close()
 
 
-def test_stage_ratios_time_each_stage_against_its_floor(engine: LocalEngine) -> None:
+def test_stage_ratios_time_each_stage_against_its_floor(engine: EmbeddedIndex) -> None:
     seen: list[str] = []
 
     def floor(query: str, vector: object, result: object) -> None:

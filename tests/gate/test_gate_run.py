@@ -23,8 +23,7 @@ from ragindex.config import RagIndexSpec
 from ragindex.evals.collections import Collection
 from ragindex.evals.gate import compare
 from ragindex.ingest import pipeline
-from ragindex.ingest.store import ChunkStore
-from ragindex.shards.sharded import ShardedDenseIndex
+from ragindex.shards.log_replica import LogShardReplica
 
 pytestmark = pytest.mark.slow
 STAGES = {"embed", "dense", "lexical", "fusion", "fetch"}
@@ -55,8 +54,8 @@ def _slowed(target: Callable[..., Any]) -> Callable[..., Any]:
 @pytest.mark.parametrize(
     ("owner", "method", "ratio"),
     [
-        (ShardedDenseIndex, "search", "dense_over_floor_p50"),
-        (ChunkStore, "get_chunks", "fetch_over_floor_p50"),
+        (LogShardReplica, "search", "dense_over_floor_p50"),
+        (LogShardReplica, "get_chunks", "fetch_over_floor_p50"),
     ],
 )
 def test_a_3_ms_slower_stage_fails_on_its_own_ratio(
