@@ -30,6 +30,7 @@ from ragindex.evals.bench_bm25 import (
     run_bm25_bench,
     with_synthetic,
 )
+from ragindex.evals.bench_filtered import AccessKind, run_access_bench, run_filtered_bench
 from ragindex.evals.bench_tenancy import collection_chunks, run_tenancy_bench, tenancy_table
 from ragindex.evals.collections import Collection, load_cranfield
 from ragindex.evals.runner import ingest_collection
@@ -37,7 +38,6 @@ from ragindex.lexical.elasticsearch_index import ElasticsearchIndex
 from ragindex.lexical.es_server import ES_VERSION, running_elasticsearch
 from ragindex.measure import WARMUP_QUERIES, Goals, missed_goals, text_table
 from ragindex.router.query import QueryEngine
-from ragindex.shards.bench import AccessKind, run_access_bench, run_filtered_bench
 
 FILTERED_DIM = 384
 BENCH_ALIAS = "bench_bm25"

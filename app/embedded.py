@@ -24,7 +24,7 @@ from ragindex.app.serve.data_plane import (
     plane_topics,
     replica_dir,
 )
-from ragindex.app.serve.query_side import LocalQuerySide, ReplicaDenseIndex, SerializedEmbedder
+from ragindex.app.serve.query_side import LocalQuerySide, SerializedEmbedder
 from ragindex.app.serve_cli import APP_NAME  # the served app's name names its topics
 from ragindex.config import RagIndexSpec
 from ragindex.ingest.pipeline import as_documents
@@ -34,6 +34,7 @@ from ragindex.models.embedder import load_embedder
 from ragindex.protocols import Embedder, LexicalIndex
 from ragindex.records import doc_key, encode_document
 from ragindex.router.query import QueryEngine
+from ragindex.shards.replica_set import ReplicaDenseIndex
 from ragindex.topics import partition_for_key
 from ragindex.types import Document, validate_tenant
 

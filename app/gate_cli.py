@@ -1,7 +1,7 @@
 """`ragindex bench suite`, `ragindex gate [--update-baseline]`, `ragindex docs`.
 
 Composition only: the runners live in ragindex.evals.bench_suite (dense curve, stage latency,
-ingest, freshness, Elasticsearch kNN), ragindex.shards.bench (filtered recall),
+ingest, freshness, Elasticsearch kNN), ragindex.evals.bench_filtered (filtered recall),
 ragindex.app.bench_cli (BM25 on Elasticsearch vs tantivy) and ragindex.app.bench_serve (HTTP
 vs in-process); the gate's decision is ragindex.evals.gate.compare. Cranfield is served from
 `ragindex eval`'s cached index (the embedded data plane: the log, the ingest worker, the views
@@ -33,7 +33,6 @@ from ragindex.app.eval_cli import (
     run_eval,
 )
 from ragindex.app.output import write_json
-from ragindex.app.serve.query_side import ReplicaDenseIndex
 from ragindex.config import RagIndexSpec
 from ragindex.errors import InvalidInput
 from ragindex.evals import bench_suite as bs
@@ -45,6 +44,7 @@ from ragindex.measure import markdown_table, missed_goals
 from ragindex.protocols import Vectors
 from ragindex.router.query import QueryEngine
 from ragindex.shards.log_replica import LogShardReplica
+from ragindex.shards.replica_set import ReplicaDenseIndex
 
 DEFAULT_BASELINE = Path(ragindex.evals.__file__).parent / "baseline.json"
 REPO = Path(__file__).resolve().parents[1]
@@ -87,11 +87,9 @@ def gate_measure(
         with tempfile.TemporaryDirectory(prefix="ragindex-gate-hnsw-") as tmp:
             hnsw_dense = hnsw_replay(index, Path(tmp))
             hnsw = bs.hnsw_leg(collection, index.query, engine_over(index.query, hnsw_dense))
-        tenants = sorted({q.tenant or DEFAULT_TENANT for q in collection.queries.values()})
+        tenants = {q.tenant or DEFAULT_TENANT for q in collection.queries.values()}
         hnsw |= {
-            "kinds": sorted(
-                {k for r in hnsw_dense.replicas for t in tenants if (k := r.shard.kind_of(t))}
-            ),
+            "kinds": sorted({kind for t in tenants for kind in hnsw_dense.kinds(t)}),
             "ef_search": spec.dense.hnsw.ef_search,
         }
         quality["dense_hnsw"] = {
@@ -103,7 +101,7 @@ def gate_measure(
             index.query,
             DEFAULT_TENANT,
             texts,
-            stage_floors(index, live_vectors(index.dense, DEFAULT_TENANT)),
+            stage_floors(index, index.dense.live_vectors(DEFAULT_TENANT)),
             repeats=repeats,
         )
     finally:
@@ -152,11 +150,6 @@ def engine_over(query: QueryEngine, dense: ReplicaDenseIndex) -> QueryEngine:
     return QueryEngine(
         query.embedder, dense, query.lexical, query.chunks, query.fusion, query.lexical_spec
     )
-
-
-def live_vectors(dense: ReplicaDenseIndex, tenant_id: str) -> Vectors:
-    """The tenant's live vectors over every shard replica."""
-    return np.concatenate([r.shard.live_vectors(tenant_id)[1] for r in dense.replicas])
 
 
 def embed_floor(embedder: Any) -> Callable[[str], Any]:
@@ -401,7 +394,7 @@ def suite_sections(args: argparse.Namespace) -> dict[str, Callable[[], Any]]:
     synthetic = functools.cache(lambda: bs.synthetic_vectors(n, SUITE_QUERIES))
 
     def filtered() -> Any:
-        from ragindex.shards.bench import run_filtered_bench
+        from ragindex.evals.bench_filtered import run_filtered_bench
 
         return run_filtered_bench(vectors=n, queries=100)
 
@@ -738,7 +731,8 @@ def render_markdown(
             " (exact_threshold 0), M {m}, efConstruction {efc}; {q} fresh queries; recall@10"
             " against exact brute-force search on the same vectors; latency is one query fanned"
             " out to every shard and merged."
-            " Build: {vps:,.0f} vectors/s (WAL + HNSW insert).".format(
+            " Build: {vps:,.0f} vectors/s (log append, then the shard replicas' replay:"
+            " HNSW insert and snapshot).".format(
                 shards=dense["shards"],
                 m=dense["m"],
                 efc=dense["ef_construction"],

@@ -102,7 +102,7 @@ def test_suite_exits_1_when_a_section_fails(
 def test_suite_reruns_one_section_into_its_json_with_the_same_options(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from ragindex.shards import bench as shard_bench
+    from ragindex.evals import bench_filtered
 
     monkeypatch.setattr(gate_cli, "_query_path", lambda *_args: {})
     monkeypatch.setattr(gate_cli, "resolve_collection", lambda _name: None)
@@ -114,7 +114,7 @@ def test_suite_reruns_one_section_into_its_json_with_the_same_options(
     assert before["filtered"]["0.5"]["recall@10"] == 1.0  # 300 vectors: searched exactly
 
     poor = {"0.5": {"recall@10": 0.5, "vectors": 300, "search": "hnsw", "p50_ms": 1, "p99_ms": 2}}
-    monkeypatch.setattr(shard_bench, "run_filtered_bench", lambda **_kw: poor)
+    monkeypatch.setattr(bench_filtered, "run_filtered_bench", lambda **_kw: poor)
     rerun = argparse.Namespace(vectors=600, only=["filtered"], check=True, **common)
     assert gate_cli.bench_suite_command(rerun) == 1  # --check: the rerun section misses a goal
     assert "missed goal: filtered 0.5 recall@10: 0.5 misses the goal >= 0.95" in (
