@@ -47,8 +47,7 @@ from ragindex.ingest.worker import DataPlaneTopics, IngestWorker
 from ragindex.measure import Goals, missed_goals
 from ragindex.models.embedder import load_embedder
 from ragindex.protocols import Log
-from ragindex.records import decode_chunk, doc_key, encode_document
-from ragindex.topics import partition_for_key
+from ragindex.records import decode_chunk, docs_records
 
 TENANT = "bench"
 # Embedding dominates both legs; the log reads, manifest diffs and transactional commits may
@@ -124,12 +123,7 @@ def run_backfill_bench(
         log = open_log(Path(tmp))
         try:
             ensure_topics(log, topics)
-            records = []
-            for d in docs:
-                key = doc_key(TENANT, d.source, d.doc_id)
-                records.append(
-                    (partition_for_key(key, topics.docs_partitions), key, encode_document(d))
-                )
+            records = docs_records(TENANT, docs, topics.docs_partitions)
             worker = IngestWorker(
                 log, topics, embedder, spec.chunking, range(topics.docs_partitions)
             )

@@ -64,11 +64,10 @@ from ragindex.config import RagIndexSpec
 from ragindex.errors import InvalidInput
 from ragindex.measure import Goals, missed_goals, percentile, text_table
 from ragindex.protocols import Embedder, Vectors
-from ragindex.records import doc_key, encode_document
+from ragindex.records import docs_records
 from ragindex.router.auth import create_token
 from ragindex.router.query import engine_ms
 from ragindex.serve_config import KAFKA_BOOTSTRAP_ENV, Runtime
-from ragindex.topics import partition_for_key
 from ragindex.types import Document, ModelIdentity
 
 if TYPE_CHECKING:  # Ray is imported only when the benchmark runs
@@ -178,14 +177,11 @@ def load_corpus(
         ensure_topics(log, topics)
         worker = IngestWorker(log, topics, embedder, spec.chunking, range(topics.docs_partitions))
         for start in range(0, chunks, LOAD_BATCH):
-            records = []
-            for n in range(start, min(chunks, start + LOAD_BATCH)):
-                doc = Document("synth", f"d{n}", f"Synthetic {n}", synthetic_text(rng, n))
-                key = doc_key(TENANT, doc.source, doc.doc_id)
-                records.append(
-                    (partition_for_key(key, topics.docs_partitions), key, encode_document(doc))
-                )
-            log.append(topics.docs, records)
+            docs = [
+                Document("synth", f"d{n}", f"Synthetic {n}", synthetic_text(rng, n))
+                for n in range(start, min(chunks, start + LOAD_BATCH))
+            ]
+            log.append(topics.docs, docs_records(TENANT, docs, topics.docs_partitions))
             while worker.poll(max_records=LOAD_BATCH):
                 pass
     finally:

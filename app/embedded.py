@@ -13,7 +13,7 @@ benchmarks measure, so every published number describes the code `ragindex serve
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from ragindex.app.generations import ensure_record
@@ -32,10 +32,9 @@ from ragindex.ingest.worker import IngestWorker
 from ragindex.lexical.view import LexicalView
 from ragindex.models.embedder import load_embedder
 from ragindex.protocols import Embedder, LexicalIndex
-from ragindex.records import doc_key, encode_document
+from ragindex.records import DocsRecord, docs_records, docs_tombstone
 from ragindex.router.query import QueryEngine
 from ragindex.shards.replica_set import ReplicaDenseIndex
-from ragindex.topics import partition_for_key
 from ragindex.types import Document, validate_tenant
 
 CLI_REPLICA = "cli"
@@ -63,32 +62,28 @@ class LogWriter:
     def upsert(
         self,
         tenant_id: str,
-        documents: Sequence[Document],
+        documents: Iterable[Document | Mapping[str, object]],
         batch: int = APPEND_BATCH,
         progress: Callable[[int], None] | None = None,
     ) -> int:
-        """Append `documents` to `docs` batch by batch and consume them; returns how many."""
+        """Validate every document, then append them to `docs` batch by batch and consume
+        them; returns how many."""
         tenant = validate_tenant(tenant_id)
         docs = as_documents(documents)
         for start in range(0, len(docs), batch):
             part = docs[start : start + batch]
-            self._write(
-                [(doc_key(tenant, d.source, d.doc_id), encode_document(d)) for d in part], batch
-            )
+            self._write(docs_records(tenant, part, self.topics.docs_partitions), batch)
             if progress is not None:
                 progress(len(part))
         return len(docs)
 
     def delete(self, tenant_id: str, source: str, doc_id: str) -> None:
         """Append the document's tombstone to `docs` and consume it."""
-        self._write([(doc_key(validate_tenant(tenant_id), source, doc_id), None)], APPEND_BATCH)
+        tenant = validate_tenant(tenant_id)
+        self._write([docs_tombstone(tenant, source, doc_id, self.topics.docs_partitions)])
 
-    def _write(self, records: Sequence[tuple[bytes, bytes | None]], batch: int) -> None:
-        partitions = self.topics.docs_partitions
-        self.log.append(
-            self.topics.docs,
-            [(partition_for_key(key, partitions), key, value) for key, value in records],
-        )
+    def _write(self, records: Sequence[DocsRecord], batch: int = APPEND_BATCH) -> None:
+        self.log.append(self.topics.docs, records)
         while self.worker.poll(max_records=batch):
             pass
 
@@ -152,7 +147,7 @@ class EmbeddedIndex:
         self.dense: ReplicaDenseIndex = self.side.dense
         self.lexical: LexicalIndex = self.side.view.index
 
-    def upsert(self, tenant_id: str, documents: Sequence[Document]) -> int:
+    def upsert(self, tenant_id: str, documents: Iterable[Document | Mapping[str, object]]) -> int:
         """Write `documents` through the log and apply them to every view: searchable on
         return (read-your-writes). Returns how many documents were written."""
         written = self.writer.upsert(tenant_id, documents)
