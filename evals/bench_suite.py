@@ -101,7 +101,7 @@ def stage_ratios(
     k: int = 10,
 ) -> dict[str, dict[str, float]]:
     """Each named stage of hybrid search (the engine's own `timings_ms`) as a ratio of its p50
-    to the p50 of its floor: the same work done by the library alone (FAISS, tantivy, SQLite,
+    to the p50 of its floor: the same work done by the library alone (FAISS, tantivy, a dict,
     the model), given the query, its vector and the engine's result. Stage and floors are timed
     query by query in turn, so load from other processes hits both sides alike; a slower
     stage raises its own ratio and no other. The first `warmup` queries are run untimed and
