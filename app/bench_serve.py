@@ -162,14 +162,10 @@ def load_corpus(
     data_dir: Path, spec: RagIndexSpec, embedder: Embedder, chunks: int, rng: np.random.Generator
 ) -> None:
     """Append the corpus to `docs` and run the ingest worker over it, in this process."""
-    from ragindex.app.serve.data_plane import (
-        DEFAULT_NAMESPACE,
-        ensure_topics,
-        open_log,
-        plane_topics,
-    )
+    from ragindex.app.serve.data_plane import DEFAULT_NAMESPACE, ensure_topics, open_log
     from ragindex.app.serve_cli import APP_NAME
     from ragindex.ingest.worker import IngestWorker
+    from ragindex.topics import plane_topics
 
     topics = plane_topics(spec, APP_NAME, DEFAULT_NAMESPACE)
     log = open_log(data_dir)
@@ -224,14 +220,10 @@ def wait_snapshots_published(
 ) -> None:
     """Until the app's replica published a snapshot of every shard to the log (it does once
     its first replay is done), so that the new replica measured next can start from them."""
-    from ragindex.app.serve.data_plane import (
-        DEFAULT_NAMESPACE,
-        open_log,
-        open_snapshot_log,
-        plane_snapshots_topic,
-    )
+    from ragindex.app.serve.data_plane import DEFAULT_NAMESPACE, open_log, open_snapshot_log
     from ragindex.app.serve_cli import APP_NAME
     from ragindex.shards.snapshot_log import SnapshotTopic
+    from ragindex.topics import plane_snapshots_topic
 
     topic = plane_snapshots_topic(spec, APP_NAME, DEFAULT_NAMESPACE)
     shards = spec.dense.shards
@@ -758,10 +750,11 @@ def _run(
     os.environ.pop("RAY_AUTH_TOKEN", None)
     os.environ.update(ray_environment(data_dir, "cluster" if shard_replicas else "local"))
     free_dashboard_port()
-    from ragindex.app.serve.data_plane import DEFAULT_NAMESPACE, open_log, plane_topics
+    from ragindex.app.serve.data_plane import DEFAULT_NAMESPACE, open_log
     from ragindex.app.serve.query_side import LocalQuerySide
     from ragindex.lexical.es_server import running_elasticsearch
     from ragindex.models.embedder import load_embedder
+    from ragindex.topics import plane_topics
 
     runtime: Runtime = "local" if shard_replicas is None else "cluster"
     spec = RagIndexSpec.model_validate(BENCH_SPEC)

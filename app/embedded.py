@@ -17,13 +17,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from ragindex.app.generations import ensure_record
-from ragindex.app.serve.data_plane import (
-    DEFAULT_NAMESPACE,
-    ensure_topics,
-    open_log,
-    plane_topics,
-    replica_dir,
-)
+from ragindex.app.serve.data_plane import DEFAULT_NAMESPACE, ensure_topics, open_log, replica_dir
 from ragindex.app.serve.query_side import LocalQuerySide, SerializedEmbedder
 from ragindex.app.serve_cli import APP_NAME  # the served app's name names its topics
 from ragindex.config import RagIndexSpec
@@ -35,6 +29,7 @@ from ragindex.protocols import Embedder, LexicalIndex
 from ragindex.records import DocsRecord, docs_records, docs_tombstone
 from ragindex.router.query import QueryEngine
 from ragindex.shards.replica_set import ReplicaDenseIndex
+from ragindex.topics import plane_topics
 from ragindex.types import Document, validate_tenant
 
 CLI_REPLICA = "cli"

@@ -50,6 +50,7 @@ INDEX_SHAPING_MODULES = (
     "ragindex.ingest.parsers",
     "ragindex.ingest.chunkers",
     "ragindex.ingest.pipeline",
+    "ragindex.passages",
     "ragindex.ingest.worker",
     "ragindex.records",
     "ragindex.lexical.analysis",

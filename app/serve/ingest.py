@@ -28,12 +28,7 @@ from typing import Any
 
 from ray.serve.handle import DeploymentHandle
 
-from ragindex.app.serve.data_plane import (
-    applied_target,
-    ensure_topics,
-    open_log,
-    plane_topics,
-)
+from ragindex.app.serve.data_plane import applied_target, ensure_topics, open_log
 from ragindex.app.serve.pools import RemoteEmbedder
 from ragindex.app.serve.progress import ProgressReporter, running_replicas, this_replica
 from ragindex.app.serve.threads import ReplicaThread, limit_threads, release_free_heap
@@ -47,6 +42,7 @@ from ragindex.models.onnx_embedder import TokenCounter
 from ragindex.protocols import Embedder
 from ragindex.records import docs_records, docs_tombstone
 from ragindex.serve_config import INGEST
+from ragindex.topics import plane_topics
 from ragindex.types import Document, validate_tenant
 
 log = logging.getLogger("ragindex.serve")

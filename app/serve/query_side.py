@@ -27,13 +27,7 @@ from ray.serve.handle import DeploymentHandle
 from ragindex.app.answers import answer_service
 from ragindex.app.engine import open_lexical
 from ragindex.app.serve import failover
-from ragindex.app.serve.data_plane import (
-    applied_target,
-    open_log,
-    open_snapshot_log,
-    plane_snapshots_topic,
-    plane_topics,
-)
+from ragindex.app.serve.data_plane import applied_target, open_log, open_snapshot_log
 from ragindex.app.serve.pools import RemoteEmbedder, RemoteReranker
 from ragindex.app.serve.progress import (
     STALE_S,
@@ -63,6 +57,7 @@ from ragindex.shards.replica_set import (
     merge_by_score,
 )
 from ragindex.shards.snapshot_log import SnapshotTopic
+from ragindex.topics import plane_snapshots_topic, plane_topics
 from ragindex.types import Chunk, ModelIdentity, ScoredId
 
 

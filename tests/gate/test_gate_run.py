@@ -120,7 +120,7 @@ def test_worse_passage_text_fails_though_a_warm_cache_is_present(
 
     original = pipeline.passage_text
     monkeypatch.setattr(pipeline, "passage_text", lambda c: " ".join(original(c).split()[:3]))
-    # what editing ingest/pipeline.py does to the fingerprint (its source is not edited here)
+    # what editing ragindex/passages.py does to the fingerprint (its source is not edited here)
     code = eval_cli.index_code_fingerprint()
     monkeypatch.setattr(eval_cli, "index_code_fingerprint", lambda: f"changed-{code}")
     capsys.readouterr()
