@@ -120,7 +120,6 @@ class EmbeddedIndex:
     ) -> None:
         """`embedder` may be shared by the caller (loaded from the spec when None)."""
         self.spec = spec = spec or RagIndexSpec()
-        self.data_dir = data_dir
         self.embedder = embedder or load_embedder(spec.embedder)
         self.writer = LogWriter(data_dir, spec, self.embedder)
         self.side = LocalQuerySide(
