@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ragindex.config import GeneratorSpec, RagIndexSpec
 from ragindex.evals.answers import cranfield_cases, evaluate_answers, out_of_domain_cases
@@ -13,6 +13,9 @@ from ragindex.protocols import Embedder
 from ragindex.router.answer import AnswerService
 from ragindex.router.generators import make_generator
 from ragindex.router.query import QueryEngine
+
+if TYPE_CHECKING:  # the embedded index composes the query side, which imports this module
+    from ragindex.app.embedded import EmbeddedIndex
 
 EVAL_TENANT = "default"
 
@@ -36,13 +39,13 @@ def generator_api_key(gen: GeneratorSpec, environ: Mapping[str, str]) -> str | N
     return environ.get(gen.api_key_env) if gen.api_key_env else None
 
 
-def answer_eval(engine: Any, collection: Collection) -> dict[str, Any]:
+def answer_eval(index: EmbeddedIndex, collection: Collection) -> dict[str, Any]:
     """Generation figures on a collection's judged queries plus the out-of-domain set.
 
     Faithfulness and citation precision come from the answers' own grounding check; the
     refusal rates are reported for answerable and unanswerable questions separately.
     """
-    service = answer_service(engine.spec, engine.query, engine.embedder)
+    service = answer_service(index.spec, index.query, index.embedder)
     cases = cranfield_cases(collection) + out_of_domain_cases()
     report = evaluate_answers(lambda q: service.answer(EVAL_TENANT, q), cases)
     report.pop("per_question", None)

@@ -37,18 +37,18 @@ from ragindex.app.bench_cli import checked, machine
 from ragindex.app.loading import cranfield_dir
 from ragindex.app.output import write_json
 from ragindex.app.ray_data_backfill import ray_data_backfill
-from ragindex.app.serve.data_plane import DEFAULT_NAMESPACE, ensure_topics, open_log, plane_topics
+from ragindex.app.serve.data_plane import DEFAULT_NAMESPACE, ensure_topics, open_log
 from ragindex.app.serve_cli import APP_NAME
 from ragindex.config import RagIndexSpec
 from ragindex.errors import InvalidInput
 from ragindex.evals.collections import load_cranfield
 from ragindex.ingest.pipeline import chunk_for_embedder, embed_chunks
-from ragindex.ingest.worker import DataPlaneTopics, IngestWorker
+from ragindex.ingest.worker import IngestWorker
 from ragindex.measure import Goals, missed_goals
 from ragindex.models.embedder import load_embedder
 from ragindex.protocols import Log
-from ragindex.records import decode_chunk, doc_key, encode_document
-from ragindex.topics import partition_for_key
+from ragindex.records import decode_chunk, docs_records
+from ragindex.topics import DataPlaneTopics, plane_topics
 
 TENANT = "bench"
 # Embedding dominates both legs; the log reads, manifest diffs and transactional commits may
@@ -124,12 +124,7 @@ def run_backfill_bench(
         log = open_log(Path(tmp))
         try:
             ensure_topics(log, topics)
-            records = []
-            for d in docs:
-                key = doc_key(TENANT, d.source, d.doc_id)
-                records.append(
-                    (partition_for_key(key, topics.docs_partitions), key, encode_document(d))
-                )
+            records = docs_records(TENANT, docs, topics.docs_partitions)
             worker = IngestWorker(
                 log, topics, embedder, spec.chunking, range(topics.docs_partitions)
             )

@@ -2,9 +2,9 @@
 
 The JSON says what the numbers were measured on (cores, thread settings), since figures from a
 2-core box shared with other work mean little without it. The BM25 benchmark composes the
-parts here (the app layer may import the engine; evals may not): it keeps a cached index
-keyed like `ragindex eval`'s, so Cranfield is embedded once across runs, and starts a
-throwaway local Elasticsearch filled from that index's chunk store.
+parts here (the app layer may import the embedded data plane; evals may not): it keeps a
+cached index keyed like `ragindex eval`'s, so Cranfield is embedded once across runs, and
+starts a throwaway local Elasticsearch filled as a second BM25 view of that index's log.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from ragindex.app.engine import LocalEngine
+from ragindex.app.embedded import EmbeddedIndex
 from ragindex.app.eval_cli import cache_dir, eval_data_dir
 from ragindex.app.loading import cranfield_dir
 from ragindex.app.output import write_json
@@ -27,18 +27,17 @@ from ragindex.errors import InvalidInput
 from ragindex.evals.bench_bm25 import (
     NDCG_TOLERANCE,
     bm25_table,
-    copy_chunks,
     run_bm25_bench,
     with_synthetic,
 )
+from ragindex.evals.bench_filtered import AccessKind, run_access_bench, run_filtered_bench
 from ragindex.evals.bench_tenancy import collection_chunks, run_tenancy_bench, tenancy_table
 from ragindex.evals.collections import Collection, load_cranfield
-from ragindex.evals.runner import DEFAULT_TENANT, ingest_collection
+from ragindex.evals.runner import ingest_collection
 from ragindex.lexical.elasticsearch_index import ElasticsearchIndex
 from ragindex.lexical.es_server import ES_VERSION, running_elasticsearch
 from ragindex.measure import WARMUP_QUERIES, Goals, missed_goals, text_table
 from ragindex.router.query import QueryEngine
-from ragindex.shards.bench import AccessKind, run_access_bench, run_filtered_bench
 
 FILTERED_DIM = 384
 BENCH_ALIAS = "bench_bm25"
@@ -141,7 +140,7 @@ def filtered_missed_goals(result: Mapping[str, Any], goal: float) -> list[str]:
 
 def bench_data_dir(collection: Collection, spec: RagIndexSpec) -> Path:
     """The benchmark's own cached index (keyed like `ragindex eval`'s, but not shared with it,
-    so a running eval never holds the shard locks the benchmark needs)."""
+    so a running eval never holds the log's writer lock the benchmark needs)."""
     return cache_dir() / "bench-bm25" / eval_data_dir(collection, spec).name
 
 
@@ -153,26 +152,27 @@ def bm25_bench(
     repeats: int = 3,
     warmup: int = WARMUP_QUERIES,
 ) -> dict[str, Any]:
-    """Ingest the collection once (incrementally) into the engine at data_dir, copy its chunks
-    into a fresh Elasticsearch alias (on es_url, or on a local server started after the ingest),
-    and measure both backends with the same dense index and chunk store (the first `warmup`
-    judged queries untimed)."""
+    """Ingest the collection once (incrementally) into the index at data_dir, apply its chunks
+    to a fresh Elasticsearch alias as a second BM25 view of the log (on es_url, or on a local
+    server started after the ingest), and measure both backends with the same dense shard
+    replicas (the first `warmup` judged queries untimed)."""
     spec = spec or RagIndexSpec()
     with ExitStack() as stack:
-        engine = LocalEngine.open(data_dir, spec)
-        stack.callback(engine.close)
+        index = EmbeddedIndex(data_dir, spec)
+        stack.callback(index.close)
         print(f"ingesting {collection.name} into {data_dir} ...", file=sys.stderr, flush=True)
-        ingest_collection(collection, engine.ingest.upsert)
+        ingest_collection(collection, index.upsert)
         url = es_url or stack.enter_context(running_elasticsearch()).url
         es = ElasticsearchIndex.open(url, BENCH_ALIAS, timeout_s=ES_BENCH_TIMEOUT_S)
         stack.callback(es.close)
         stack.callback(es.drop)
-        copy_chunks(engine.store, DEFAULT_TENANT, es)
+        offsets = Path(stack.enter_context(tempfile.TemporaryDirectory())) / "es-offsets.json"
+        index.lexical_view(es, offsets).catch_up()
         es_engine = QueryEngine(
-            engine.embedder, engine.dense, es, engine.store, spec.fusion, spec.lexical
+            index.query.embedder, index.dense, es, index.dense, spec.fusion, spec.lexical
         )
         print("measuring ...", file=sys.stderr, flush=True)
-        result = run_bm25_bench(collection, engine.query, es_engine, repeats=repeats, warmup=warmup)
+        result = run_bm25_bench(collection, index.query, es_engine, repeats=repeats, warmup=warmup)
     result["run"] = {"elasticsearch": ES_VERSION, **machine()}
     return result
 

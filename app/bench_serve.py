@@ -64,11 +64,10 @@ from ragindex.config import RagIndexSpec
 from ragindex.errors import InvalidInput
 from ragindex.measure import Goals, missed_goals, percentile, text_table
 from ragindex.protocols import Embedder, Vectors
-from ragindex.records import doc_key, encode_document
+from ragindex.records import docs_records
 from ragindex.router.auth import create_token
 from ragindex.router.query import engine_ms
 from ragindex.serve_config import KAFKA_BOOTSTRAP_ENV, Runtime
-from ragindex.topics import partition_for_key
 from ragindex.types import Document, ModelIdentity
 
 if TYPE_CHECKING:  # Ray is imported only when the benchmark runs
@@ -163,14 +162,10 @@ def load_corpus(
     data_dir: Path, spec: RagIndexSpec, embedder: Embedder, chunks: int, rng: np.random.Generator
 ) -> None:
     """Append the corpus to `docs` and run the ingest worker over it, in this process."""
-    from ragindex.app.serve.data_plane import (
-        DEFAULT_NAMESPACE,
-        ensure_topics,
-        open_log,
-        plane_topics,
-    )
+    from ragindex.app.serve.data_plane import DEFAULT_NAMESPACE, ensure_topics, open_log
     from ragindex.app.serve_cli import APP_NAME
     from ragindex.ingest.worker import IngestWorker
+    from ragindex.topics import plane_topics
 
     topics = plane_topics(spec, APP_NAME, DEFAULT_NAMESPACE)
     log = open_log(data_dir)
@@ -178,14 +173,11 @@ def load_corpus(
         ensure_topics(log, topics)
         worker = IngestWorker(log, topics, embedder, spec.chunking, range(topics.docs_partitions))
         for start in range(0, chunks, LOAD_BATCH):
-            records = []
-            for n in range(start, min(chunks, start + LOAD_BATCH)):
-                doc = Document("synth", f"d{n}", f"Synthetic {n}", synthetic_text(rng, n))
-                key = doc_key(TENANT, doc.source, doc.doc_id)
-                records.append(
-                    (partition_for_key(key, topics.docs_partitions), key, encode_document(doc))
-                )
-            log.append(topics.docs, records)
+            docs = [
+                Document("synth", f"d{n}", f"Synthetic {n}", synthetic_text(rng, n))
+                for n in range(start, min(chunks, start + LOAD_BATCH))
+            ]
+            log.append(topics.docs, docs_records(TENANT, docs, topics.docs_partitions))
             while worker.poll(max_records=LOAD_BATCH):
                 pass
     finally:
@@ -228,14 +220,10 @@ def wait_snapshots_published(
 ) -> None:
     """Until the app's replica published a snapshot of every shard to the log (it does once
     its first replay is done), so that the new replica measured next can start from them."""
-    from ragindex.app.serve.data_plane import (
-        DEFAULT_NAMESPACE,
-        open_log,
-        open_snapshot_log,
-        plane_snapshots_topic,
-    )
+    from ragindex.app.serve.data_plane import DEFAULT_NAMESPACE, open_log, open_snapshot_log
     from ragindex.app.serve_cli import APP_NAME
     from ragindex.shards.snapshot_log import SnapshotTopic
+    from ragindex.topics import plane_snapshots_topic
 
     topic = plane_snapshots_topic(spec, APP_NAME, DEFAULT_NAMESPACE)
     shards = spec.dense.shards
@@ -762,10 +750,11 @@ def _run(
     os.environ.pop("RAY_AUTH_TOKEN", None)
     os.environ.update(ray_environment(data_dir, "cluster" if shard_replicas else "local"))
     free_dashboard_port()
-    from ragindex.app.serve.data_plane import DEFAULT_NAMESPACE, open_log, plane_topics
+    from ragindex.app.serve.data_plane import DEFAULT_NAMESPACE, open_log
     from ragindex.app.serve.query_side import LocalQuerySide
     from ragindex.lexical.es_server import running_elasticsearch
     from ragindex.models.embedder import load_embedder
+    from ragindex.topics import plane_topics
 
     runtime: Runtime = "local" if shard_replicas is None else "cluster"
     spec = RagIndexSpec.model_validate(BENCH_SPEC)

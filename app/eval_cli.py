@@ -1,7 +1,9 @@
 """`ragindex eval`, `ragindex golden add`, `ragindex convert`: thin wrappers over ragindex.evals.
 
-The evaluated index lives in a cache folder keyed by collection and spec, so a second run
-re-ingests nothing (the manifest finds every chunk unchanged) and only replays the queries.
+The evaluated index is the embedded runtime's data plane (`app.embedded.EmbeddedIndex`: the
+file log, the ingest worker, the views `ragindex serve` searches), in a cache folder keyed by
+collection, spec and the index-shaping code, so a second run embeds nothing (the worker's
+manifest finds every chunk unchanged) and only replays the queries.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ragindex.app.engine import LocalEngine, load_spec
+from ragindex.app.embedded import EmbeddedIndex
+from ragindex.app.engine import load_spec
 from ragindex.app.loading import cranfield_dir
 from ragindex.config import RagIndexSpec
 from ragindex.errors import InvalidInput
@@ -23,7 +26,6 @@ from ragindex.evals.golden import add_judged_query
 from ragindex.evals.runner import EvalReport, evaluate, ingest_collection
 from ragindex.evals.split import restrict
 from ragindex.hashing import content_hash
-from ragindex.types import Document
 
 LEG_MODES = {
     "bm25": ("lexical", False),
@@ -48,19 +50,24 @@ INDEX_SHAPING_MODULES = (
     "ragindex.ingest.parsers",
     "ragindex.ingest.chunkers",
     "ragindex.ingest.pipeline",
+    "ragindex.passages",
+    "ragindex.ingest.worker",
+    "ragindex.records",
     "ragindex.lexical.analysis",
     "ragindex.lexical.documents",
     "ragindex.lexical.tantivy_index",
+    "ragindex.lexical.view",
     "ragindex.models.embedder",
     "ragindex.models.onnx_embedder",
     "ragindex.models.onnx_export",
+    "ragindex.shards.log_replica",
     "ragindex.shards.partition",
 )
 
 
 def index_code_fingerprint() -> str:
-    """A hash of the source of INDEX_SHAPING_MODULES (chunking, passage text, analyzers,
-    the embedder wrapper, how vectors are stored)."""
+    """A hash of the source of INDEX_SHAPING_MODULES (chunking, passage text, the ingest
+    worker and its records, analyzers, the embedder wrapper, how the views store chunks)."""
     sources = []
     for name in INDEX_SHAPING_MODULES:
         spec = importlib.util.find_spec(name)
@@ -79,24 +86,21 @@ def eval_data_dir(collection: Collection, spec: RagIndexSpec) -> Path:
 
 def run_eval(
     collection: Collection, spec: RagIndexSpec, data_dir: Path, split: str = "all"
-) -> tuple[LocalEngine, dict[str, Any], EvalReport]:
-    """Ingest (incrementally) the whole corpus and evaluate every configured leg on one split
-    of the judged queries (evals.split); returns engine, JSON, report. Each leg's JSON also
-    carries its mean in-process latency per query (`ms_per_query`)."""
-    engine = LocalEngine.open(data_dir, spec)
+) -> tuple[EmbeddedIndex, dict[str, Any], EvalReport]:
+    """Ingest (incrementally) the whole corpus through the log and evaluate every configured
+    leg on one split of the judged queries (evals.split); returns the index, JSON, report.
+    Each leg's JSON also carries its mean in-process latency per query (`ms_per_query`)."""
+    index = EmbeddedIndex(data_dir, spec)
     spent_ms: dict[str, float] = {}
-
-    def ingest(tenant: str, documents: list[Document]) -> None:
-        engine.ingest.upsert(tenant, documents)
 
     def search(tenant: str, query: str, k: int, leg: str) -> list[tuple[str, str]]:
         mode, rerank = LEG_MODES[leg]
         start = time.perf_counter()
-        result = engine.query.search(tenant, query, k=k, mode=mode, rerank=rerank)
+        result = index.query.search(tenant, query, k=k, mode=mode, rerank=rerank)
         spent_ms[leg] = spent_ms.get(leg, 0.0) + (time.perf_counter() - start) * 1000
         return [(h.chunk.chunk_id, h.chunk.doc_id) for h in result.hits]
 
-    summary = ingest_collection(collection, ingest)
+    summary = ingest_collection(collection, index.upsert)
     legs = ("bm25", "dense", "hybrid") + (("rerank",) if spec.reranker.enabled else ())
     scored = restrict(collection, split)
     report = evaluate(scored, search, legs=legs, k=100)
@@ -107,14 +111,14 @@ def run_eval(
     payload["collection"] = collection.name
     payload["documents"] = summary.documents
     payload["skipped_empty"] = summary.skipped_empty
-    return engine, payload, report
+    return index, payload, report
 
 
 def eval_command(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec)
     collection = resolve_collection(args.collection)
     data_dir = args.data_dir or eval_data_dir(collection, spec)
-    engine, payload, report = run_eval(collection, spec, data_dir, args.split)
+    index, payload, report = run_eval(collection, spec, data_dir, args.split)
     try:
         print(report.table())
         if args.per_query:
@@ -122,10 +126,10 @@ def eval_command(args: argparse.Namespace) -> int:
         if args.answers:
             from ragindex.app.answers import answer_eval
 
-            payload["answers"] = answer_eval(engine, collection)
+            payload["answers"] = answer_eval(index, collection)
             print(json.dumps(payload["answers"], indent=2))
     finally:
-        engine.close()
+        index.close()
     if args.json:
         args.json.write_text(json.dumps(payload, indent=2) + "\n")
         print(f"wrote {args.json}")

@@ -1,10 +1,11 @@
 """`ragindex bench suite`, `ragindex gate [--update-baseline]`, `ragindex docs`.
 
 Composition only: the runners live in ragindex.evals.bench_suite (dense curve, stage latency,
-ingest, freshness, Elasticsearch kNN), ragindex.shards.bench (filtered recall),
+ingest, freshness, Elasticsearch kNN), ragindex.evals.bench_filtered (filtered recall),
 ragindex.app.bench_cli (BM25 on Elasticsearch vs tantivy) and ragindex.app.bench_serve (HTTP
 vs in-process); the gate's decision is ragindex.evals.gate.compare. Cranfield is served from
-`ragindex eval`'s cached index, so a warm gate re-embeds nothing.
+`ragindex eval`'s cached index (the embedded data plane: the log, the ingest worker, the views
+`ragindex serve` searches), so a warm gate re-embeds nothing.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import argparse
 import functools
 import json
 import re
-import sqlite3
 import sys
 import tempfile
 import time
@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 import ragindex.evals
-from ragindex.app.engine import LocalEngine
+from ragindex.app.embedded import EmbeddedIndex
 from ragindex.app.eval_cli import (
     eval_data_dir,
     index_code_fingerprint,
@@ -41,8 +41,10 @@ from ragindex.evals.gate import Tolerances, check_measurement, compare, gate_tab
 from ragindex.evals.runner import DEFAULT_TENANT
 from ragindex.lexical.documents import BODY_FIELD, TITLE_FIELD
 from ragindex.measure import markdown_table, missed_goals
-from ragindex.shards.replica import ShardReplica
-from ragindex.shards.sharded import shard_dir
+from ragindex.protocols import Vectors
+from ragindex.router.query import QueryEngine
+from ragindex.shards.log_replica import LogShardReplica
+from ragindex.shards.replica_set import ReplicaDenseIndex
 
 DEFAULT_BASELINE = Path(ragindex.evals.__file__).parent / "baseline.json"
 REPO = Path(__file__).resolve().parents[1]
@@ -71,7 +73,7 @@ def gate_measure(
     repeats = GATE_REPEATS if repeats is None else repeats
     bs.set_threads(1)
     started = time.perf_counter()
-    engine, payload, _ = run_eval(collection, spec, data_dir)
+    index, payload, _ = run_eval(collection, spec, data_dir)
     try:
         measured = [leg for leg in ("bm25", "dense", "hybrid", "rerank") if leg in payload]
         unknown = set(legs or ()) - set(measured)
@@ -82,24 +84,28 @@ def gate_measure(
             for leg in measured
             if legs is None or leg in legs
         }
-        tenants = sorted({q.tenant or DEFAULT_TENANT for q in collection.queries.values()})
-        vectors = {t: engine.dense.live_vectors(t) for t in tenants}
         with tempfile.TemporaryDirectory(prefix="ragindex-gate-hnsw-") as tmp:
-            hnsw = bs.hnsw_leg(collection, engine.query, vectors, spec.dense, Path(tmp))
+            hnsw_dense = hnsw_replay(index, Path(tmp))
+            hnsw = bs.hnsw_leg(collection, index.query, engine_over(index.query, hnsw_dense))
+        tenants = {q.tenant or DEFAULT_TENANT for q in collection.queries.values()}
+        hnsw |= {
+            "kinds": sorted({kind for t in tenants for kind in hnsw_dense.kinds(t)}),
+            "ef_search": spec.dense.hnsw.ef_search,
+        }
         quality["dense_hnsw"] = {
             "ndcg@10": round(hnsw["ndcg@10"], 4),
             "recall@10_vs_exact": hnsw["recall@10_vs_exact"],
         }
         texts = [collection.queries[q].text for q in collection.judged_queries()]
         stages = bs.stage_ratios(
-            engine.query,
+            index.query,
             DEFAULT_TENANT,
             texts,
-            stage_floors(engine, engine.dense.live_vectors(DEFAULT_TENANT)[1]),
+            stage_floors(index, index.dense.live_vectors(DEFAULT_TENANT)),
             repeats=repeats,
         )
     finally:
-        engine.close()
+        index.close()
     return {
         "quality": quality,
         "latency_ratios": {f"{s}_over_floor_p50": r["ratio"] for s, r in stages.items()},
@@ -115,6 +121,35 @@ def gate_measure(
         "seconds": round(time.perf_counter() - started, 1),
         "run": bs.environment(),
     }
+
+
+def hnsw_replay(index: EmbeddedIndex, root: Path) -> ReplicaDenseIndex:
+    """The index's dense view replayed again from `chunks.<generation>` into `root`, with
+    every tenant in HNSW (exact_threshold 0) at the spec's HNSW settings."""
+    assert index.side.log is not None
+    dense = index.spec.dense
+    replicas = [
+        LogShardReplica(
+            index.side.log,
+            index.side.topics.chunks,
+            shard,
+            root / f"shard-{shard:03d}",
+            index.embedder.identity,
+            dense.hnsw,
+            exact_threshold=0,
+        )
+        for shard in range(dense.shards)
+    ]
+    for replica in replicas:
+        replica.catch_up()
+    return ReplicaDenseIndex(replicas, index.embedder.identity)
+
+
+def engine_over(query: QueryEngine, dense: ReplicaDenseIndex) -> QueryEngine:
+    """`query` with another dense index (chunks still fetched from `query`'s)."""
+    return QueryEngine(
+        query.embedder, dense, query.lexical, query.chunks, query.fusion, query.lexical_spec
+    )
 
 
 def embed_floor(embedder: Any) -> Callable[[str], Any]:
@@ -145,22 +180,22 @@ def embed_floor(embedder: Any) -> Callable[[str], Any]:
     return run
 
 
-def stage_floors(engine: LocalEngine, vectors: Any) -> dict[str, bs.StageFloor]:
+def stage_floors(index: EmbeddedIndex, vectors: Vectors) -> dict[str, bs.StageFloor]:
     """Per stage, the same work done by the library alone, outside ragindex's code: the model's
     own encode, one FAISS flat index over the tenant's vectors, a raw tantivy query with the
-    tenant clause, a plain SQLite select of the returned chunks, and a textbook RRF. A slower
+    tenant clause, a plain dict lookup of the returned chunks, and a textbook RRF. A slower
     stage of ragindex raises its ratio; its floor stays where it was."""
     import faiss
     import tantivy
 
-    embed = embed_floor(engine.embedder)
-    depth = max(engine.spec.fusion.candidates, 10)
+    embed = embed_floor(index.embedder)
+    depth = max(index.spec.fusion.candidates, 10)
     flat = faiss.IndexFlatIP(vectors.shape[1])
     flat.add(vectors)
-    index = tantivy.Index.open(str(engine.data_dir / "lexical"))
-    schema = index.schema
+    tantivy_index = tantivy.Index.open(str(index.side.directory / "lexical"))
+    schema = tantivy_index.schema
     tenant_clause = tantivy.Query.term_query(schema, "tenant_id", DEFAULT_TENANT)
-    db = sqlite3.connect(f"file:{engine.data_dir / 'store.sqlite'}?mode=ro", uri=True)
+    texts = {cid: c for r in index.dense.replicas for cid, c in r.texts[DEFAULT_TENANT].items()}
     left = [f"c{i}" for i in range(depth)]
     right = [f"c{i}" for i in range(depth // 2, depth + depth // 2)]
 
@@ -176,7 +211,7 @@ def stage_floors(engine: LocalEngine, vectors: Any) -> dict[str, bs.StageFloor]:
                 (tantivy.Occur.Must, tantivy.Query.boolean_query(terms)),
             ]
         )
-        searcher = index.searcher()
+        searcher = tantivy_index.searcher()
         hits = searcher.search(full, limit=depth, count=False).hits
         return [searcher.doc(address)["chunk_id"][0] for _, address in hits]
 
@@ -188,12 +223,7 @@ def stage_floors(engine: LocalEngine, vectors: Any) -> dict[str, bs.StageFloor]:
         return sorted(scores, key=lambda c: (-scores[c], c))
 
     def fetch(_q: str, _v: Any, result: Any) -> list[Any]:
-        ids = [h.chunk.chunk_id for h in result.hits]
-        marks = ", ".join("?" * len(ids))
-        return db.execute(
-            f"SELECT * FROM chunks WHERE tenant = ? AND chunk_id IN ({marks})",
-            [DEFAULT_TENANT, *ids],
-        ).fetchall()
+        return [texts.get(h.chunk.chunk_id) for h in result.hits]
 
     return {
         "embed": lambda q, _v, _r: embed(q),
@@ -286,31 +316,26 @@ def _query_path(collection: Collection, spec: RagIndexSpec) -> dict[str, Any]:
     """Stage latency on Cranfield (cached eval index), each dense shard alone, then ingest
     throughput and freshness into a fresh index with the same embedder."""
     data_dir = eval_data_dir(collection, spec)
-    engine, _, _ = run_eval(collection, spec, data_dir)
+    index, _, _ = run_eval(collection, spec, data_dir)
     try:
-        engine.dense.save()
-        identity = engine.embedder.identity
-        replicas = {
-            f"shard-{i:03d}": ShardReplica(shard_dir(engine.dense.root, i))
-            for i in range(engine.dense.num_shards)
-        }
+        identity = index.embedder.identity
         shard_search = {
-            name: (lambda v, k, r=r: r.search(v, k, DEFAULT_TENANT, identity))
-            for name, r in replicas.items()
+            f"shard-{i:03d}": (lambda v, k, r=r: r.search(v, k, DEFAULT_TENANT, identity))
+            for i, r in enumerate(index.dense.replicas)
         }
         texts = [collection.queries[q].text for q in collection.judged_queries()]
-        stages = bs.stage_latency(engine.query, DEFAULT_TENANT, texts, shard_search)
-        stages["chunks"] = engine.dense.count(DEFAULT_TENANT)
+        stages = bs.stage_latency(index.query, DEFAULT_TENANT, texts, shard_search)
+        stages["chunks"] = index.dense.count(DEFAULT_TENANT)
         docs = [d.to_document(collection.name) for d in collection.corpus.values() if d.text]
         with tempfile.TemporaryDirectory(prefix="ragindex-suite-ingest-") as tmp:
-            fresh = LocalEngine.open(Path(tmp), spec, embedder=engine.embedder)
+            fresh = EmbeddedIndex(Path(tmp), spec, embedder=index.embedder)
             try:
-                ingest = bs.ingest_throughput(fresh.ingest.upsert, "ingest", docs[:INGEST_DOCS])
-                freshness = bs.freshness(fresh.ingest.upsert, fresh.query, "ingest")
+                ingest = bs.ingest_throughput(fresh.upsert, "ingest", docs[:INGEST_DOCS])
+                freshness = bs.freshness(fresh.upsert, fresh.query, "ingest")
             finally:
                 fresh.close()
     finally:
-        engine.close()
+        index.close()
     return {"stages": stages, "ingest": ingest, "freshness": freshness}
 
 
@@ -369,7 +394,7 @@ def suite_sections(args: argparse.Namespace) -> dict[str, Callable[[], Any]]:
     synthetic = functools.cache(lambda: bs.synthetic_vectors(n, SUITE_QUERIES))
 
     def filtered() -> Any:
-        from ragindex.shards.bench import run_filtered_bench
+        from ragindex.evals.bench_filtered import run_filtered_bench
 
         return run_filtered_bench(vectors=n, queries=100)
 
@@ -706,7 +731,8 @@ def render_markdown(
             " (exact_threshold 0), M {m}, efConstruction {efc}; {q} fresh queries; recall@10"
             " against exact brute-force search on the same vectors; latency is one query fanned"
             " out to every shard and merged."
-            " Build: {vps:,.0f} vectors/s (WAL + HNSW insert).".format(
+            " Build: {vps:,.0f} vectors/s (log append, then the shard replicas' replay:"
+            " HNSW insert and snapshot).".format(
                 shards=dense["shards"],
                 m=dense["m"],
                 efc=dense["ef_construction"],

@@ -25,7 +25,6 @@ from ragindex.app.serve.threads import limit_threads
 from ragindex.config import RagIndexSpec
 from ragindex.hashing import shard_for
 from ragindex.ingest.pipeline import chunk_for_embedder, embed_chunks
-from ragindex.ingest.worker import DataPlaneTopics
 from ragindex.models.embedder import load_embedder
 from ragindex.protocols import Log
 from ragindex.records import (
@@ -37,6 +36,7 @@ from ragindex.records import (
     encode_document,
     split_chunk_key,
 )
+from ragindex.topics import DataPlaneTopics
 
 BATCH_DOCS = 16  # documents per map_batches call (the embedder batches their chunks itself)
 ACTOR_CPUS = 0.5  # fractional, so a pool of 2 and Ray Data's own work fit on 2 cores

@@ -29,13 +29,7 @@ from pathlib import Path
 
 from ragindex.app.engine import elasticsearch_auth
 from ragindex.app.generations import read_record, write_record
-from ragindex.app.serve.data_plane import (
-    DEFAULT_NAMESPACE,
-    ensure_topics,
-    open_log,
-    plane_topics,
-    replica_dir,
-)
+from ragindex.app.serve.data_plane import DEFAULT_NAMESPACE, ensure_topics, open_log, replica_dir
 from ragindex.app.serve.generation_report import gather_evidence
 from ragindex.app.serve.query_side import LocalQuerySide, SerializedEmbedder
 from ragindex.app.serve_cli import APP_NAME
@@ -58,6 +52,7 @@ from ragindex.ingest.worker import IngestWorker
 from ragindex.lexical.elasticsearch_index import ElasticsearchIndex, make_client
 from ragindex.models.embedder import load_embedder
 from ragindex.protocols import Embedder, Log
+from ragindex.topics import plane_topics
 
 REINDEX_REPLICA = "reindex"
 BATCH = 64

@@ -2,12 +2,12 @@
 
 Every option (BM25 field boosts, RM3, Rocchio, fusion weights and k) is a query-time setting,
 so one ingested Cranfield index (`ragindex eval`'s cache for the base spec) serves them all:
-each variant gets its own QueryEngine over the same embedder, dense shards, chunk store and
-a read-only view of the BM25 index. Stages run in order, and each stage keeps the variant
-with the best hybrid nDCG@10 on the TUNING half only (ties keep the earlier variant, so the
-base wins a tie); the held-out half and the full set are reported beside it, never used to
-choose. Per variant: nDCG@10 and recall@100 per leg and split, and the in-process latency
-per query of each leg.
+each variant gets its own QueryEngine over the same embedder, the same dense shard replicas
+(vectors and chunk text) and a read-only opening of the same BM25 view. Stages run in order,
+and each stage keeps the variant with the best hybrid nDCG@10 on the TUNING half only (ties
+keep the earlier variant, so the base wins a tie); the held-out half and the full set are
+reported beside it, never used to choose. Per variant: nDCG@10 and recall@100 per leg and
+split, and the in-process latency per query of each leg.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ragindex.app.engine import LocalEngine, load_spec, open_lexical
+from ragindex.app.embedded import EmbeddedIndex
+from ragindex.app.engine import load_spec, open_lexical
 from ragindex.app.eval_cli import LEG_MODES, eval_data_dir, resolve_collection
 from ragindex.config import RagIndexSpec
 from ragindex.evals.collections import Collection
@@ -99,20 +100,26 @@ def stages() -> list[tuple[str, tuple[str, ...], list[Variant]]]:
     ]
 
 
-def measure(
-    engine: LocalEngine, collection: Collection, spec: RagIndexSpec, legs: Sequence[str]
-) -> dict[str, Any]:
-    """Per leg: metric means per split and ms per query, for one query-time variant."""
-    lexical = open_lexical(spec, engine.data_dir, engine.embedder.identity, read_only=True)
-    query = QueryEngine(
-        engine.embedder,
-        engine.dense,
+def variant_engine(index: EmbeddedIndex, spec: RagIndexSpec) -> QueryEngine:
+    """A QueryEngine with `spec`'s query-time options over `index`'s views; its BM25 index is
+    a read-only opening of the view's, with `spec`'s boosts and RM3 (the caller closes it)."""
+    lexical = open_lexical(spec, index.side.directory, index.embedder.identity, read_only=True)
+    return QueryEngine(
+        index.query.embedder,
+        index.dense,
         lexical,
-        engine.store,
+        index.dense,
         fusion=spec.fusion,
         lexical_spec=spec.lexical,
         rocchio=spec.feedback.rocchio,
     )
+
+
+def measure(
+    index: EmbeddedIndex, collection: Collection, spec: RagIndexSpec, legs: Sequence[str]
+) -> dict[str, Any]:
+    """Per leg: metric means per split and ms per query, for one query-time variant."""
+    query = variant_engine(index, spec)
     spent: dict[str, float] = {}
 
     def search(tenant: str, text: str, k: int, leg: str) -> list[tuple[str, str]]:
@@ -125,7 +132,7 @@ def measure(
     try:
         report = evaluate(collection, search, legs=legs, k=100)
     finally:
-        lexical.close()
+        query.lexical.close()
     halves = split_queries(collection.judged_queries())
     out: dict[str, Any] = {}
     for leg, rep in report.legs.items():
@@ -141,13 +148,13 @@ def measure(
 
 
 def sweep(
-    engine: LocalEngine,
+    index: EmbeddedIndex,
     collection: Collection,
     base: RagIndexSpec,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     chosen = base
-    chosen_row = {"variant": "base", **measure(engine, collection, base, ALL_LEGS)}
+    chosen_row = {"variant": "base", **measure(index, collection, base, ALL_LEGS)}
     results: list[dict[str, Any]] = []
     for stage, legs, variants in stages():
         best = (chosen_row["hybrid"]["tune"]["ndcg@10"], chosen, chosen_row)
@@ -158,7 +165,7 @@ def sweep(
                 continue
             # Legs a stage cannot move keep the chosen spec's figures.
             row = {**chosen_row, "stage": stage, "variant": label}
-            row |= measure(engine, collection, spec, legs)
+            row |= measure(index, collection, spec, legs)
             results.append(row)
             nd = {leg: [row[leg][sp]["ndcg@10"] for sp in SPLITS] for leg in ALL_LEGS}
             log(
@@ -183,7 +190,7 @@ def sweep(
 
 
 def added_latency(
-    engine: LocalEngine, collection: Collection, base: RagIndexSpec, queries: int = 50
+    index: EmbeddedIndex, collection: Collection, base: RagIndexSpec, queries: int = 50
 ) -> dict[str, dict[str, Any]]:
     """Median in-process ms per query of each option against the base, interleaved query by
     query in one run (so box noise hits both alike): {option: {leg, base_ms, option_ms}}."""
@@ -197,22 +204,10 @@ def added_latency(
     }
     texts = [collection.queries[q].text for q in collection.judged_queries()[:queries]]
 
-    def engine_for(spec: RagIndexSpec) -> QueryEngine:
-        lexical = open_lexical(spec, engine.data_dir, engine.embedder.identity, read_only=True)
-        return QueryEngine(
-            engine.embedder,
-            engine.dense,
-            lexical,
-            engine.store,
-            fusion=spec.fusion,
-            lexical_spec=spec.lexical,
-            rocchio=spec.feedback.rocchio,
-        )
-
     out: dict[str, dict[str, Any]] = {}
-    plain = engine_for(base)
+    plain = variant_engine(index, base)
     for name, (mode, change) in options.items():
-        variant = engine_for(with_change(base, change))
+        variant = variant_engine(index, with_change(base, change))
         times: dict[str, list[float]] = {"base": [], "option": []}
         for text in texts:
             for key, query in (("base", plain), ("option", variant)):
@@ -240,16 +235,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     base = load_spec(args.spec)
     collection = resolve_collection("cranfield")
-    engine = LocalEngine.open(eval_data_dir(collection, base), base)
+    index = EmbeddedIndex(eval_data_dir(collection, base), base)
     try:
-        ingest_collection(collection, lambda tenant, docs: engine.ingest.upsert(tenant, docs))
+        ingest_collection(collection, index.upsert)
         out = (
-            {"added_latency": added_latency(engine, collection, base)}
+            {"added_latency": added_latency(index, collection, base)}
             if args.latency
-            else sweep(engine, collection, base)
+            else sweep(index, collection, base)
         )
     finally:
-        engine.close()
+        index.close()
     args.json.write_text(json.dumps(out, indent=2) + "\n")
     print(f"wrote {args.json}")
     return 0

@@ -5,11 +5,11 @@ tantivy; this measures both on the same chunks and queries, alone (top-100 laten
 which must agree within 0.01: same analyzer, same BM25 parameters) and as the lexical leg of
 hybrid retrieval (latency and nDCG@10 of the whole query path).
 
-The corpus is embedded once: the caller passes two `QueryEngine`s that share the embedder,
-the dense index and the chunk store and differ only in their lexical leg (evals may not import
-the app's engine, so the app composes them). `copy_chunks` fills a second BM25 backend from
-the chunk store, so both hold exactly the chunks the ingest pipeline wrote. Quality is scored
-with the evals runner and metrics, as `ragindex eval` does.
+The corpus is embedded once: the caller passes two `QueryEngine`s that share the embedder and
+the dense shard replicas (which also hold the chunks' text) and differ only in their lexical
+leg (evals may not import the app's composition, so the app composes them: each BM25 backend
+is a view of the same `chunks.<generation>` log, so both hold exactly the chunks the ingest
+worker wrote). Quality is scored with the evals runner and metrics, as `ragindex eval` does.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ import numpy as np
 from ragindex.errors import InvalidInput
 from ragindex.evals.collections import Collection, CorpusDoc
 from ragindex.evals.runner import DEFAULT_TENANT, evaluate
-from ragindex.ingest.store import ChunkStore
 from ragindex.lexical.analysis import analyze
 from ragindex.measure import WARMUP_QUERIES, percentiles, split_warmup, text_table
 from ragindex.protocols import LexicalIndex
@@ -33,7 +32,6 @@ from ragindex.router.query import QueryEngine, SearchResult
 
 BACKENDS = ("tantivy", "elasticsearch")
 NDCG_TOLERANCE = 0.01
-_COPY_BATCH = 500
 _LEG_MODES = {"bm25": "lexical", "hybrid": "hybrid"}
 
 
@@ -70,17 +68,6 @@ def with_synthetic(collection: Collection, n: int, seed: int = 0) -> Collection:
     )
 
 
-def copy_chunks(store: ChunkStore, tenant_id: str, target: LexicalIndex) -> int:
-    """Upsert every live chunk of the tenant from the chunk store into a BM25 backend, so a
-    backend added after ingest holds exactly what the pipeline wrote. Returns chunks copied."""
-    ids = [cid for doc in store.documents(tenant_id) for cid in doc.chunks]
-    for start in range(0, len(ids), _COPY_BATCH):
-        part = ids[start : start + _COPY_BATCH]
-        found = store.get_chunks(tenant_id, part)
-        target.upsert([found[cid] for cid in part if cid in found])
-    return len(ids)
-
-
 def time_searches(
     searches: Mapping[str, Callable[[str], object]],
     queries: Sequence[str],
@@ -109,11 +96,11 @@ def time_searches(
 
 
 def _check_engines(engines: Mapping[str, QueryEngine], tenant_id: str) -> int:
-    """Both engines must share the dense index and chunk store and hold the same chunk count
+    """Both engines must share the dense index and chunk source and hold the same chunk count
     in their BM25 backends, or the comparison would not be on the same corpus."""
     first, second = (engines[name] for name in BACKENDS)
     if first.dense is not second.dense or first.chunks is not second.chunks:
-        raise InvalidInput("both engines must share one dense index and one chunk store")
+        raise InvalidInput("both engines must share one dense index and one chunk source")
     counts = {name: engines[name].lexical.count(tenant_id) for name in BACKENDS}
     if len(set(counts.values())) != 1:
         raise InvalidInput(f"the BM25 backends hold different numbers of chunks: {counts}")

@@ -2,9 +2,10 @@
 
 Why (issue #6): users pick a retrieval backend by its curves, and a release gate needs numbers
 that are comparable between runs on a noisy shared box. So:
-- the dense curve is measured on the real shards (snapshot + WAL, tenant partitions, merge over
+- the dense curve is measured on the served shard replicas (vectors written as chunk records to
+  a log, applied and snapshotted by one LogShardReplica per shard, merged by score over
   shards), with HNSW forced (exact_threshold 0) and efSearch swept by reloading the same
-  snapshot with another `HnswSpec`, and every point is validated against exact search on the
+  snapshots with another `HnswSpec`, and every point is validated against exact search on the
   same vectors;
 - latencies that the gate compares are RATIOS of two searches timed alternately, query by query,
   so load from other processes hits both sides alike;
@@ -28,19 +29,18 @@ import numpy as np
 
 from ragindex.config import DenseSpec, HnswSpec
 from ragindex.errors import InvalidInput
+from ragindex.evals.bench_filtered import TopicModel
 from ragindex.evals.collections import Collection
 from ragindex.evals.runner import IngestFn, evaluate
+from ragindex.evals.served_vectors import ServedVectors, vector_chunk
 from ragindex.measure import WARMUP_QUERIES, percentiles, split_warmup
 from ragindex.protocols import Vectors
 from ragindex.router.query import QueryEngine, SearchResult
-from ragindex.shards.bench import TopicModel
-from ragindex.shards.replica import ShardReplica
-from ragindex.shards.sharded import ShardedDenseIndex, shard_dir
+from ragindex.shards.replica_set import ReplicaDenseIndex
 from ragindex.types import Document, ModelIdentity
 
 DEFAULT_EF = (4, 8, 16, 32, 64, 128, 256)
 BENCH_TENANT = "bench"
-_UPSERT_BATCH = 5_000
 _VERSIONED = (
     "ragindex",
     "numpy",
@@ -101,7 +101,7 @@ def stage_ratios(
     k: int = 10,
 ) -> dict[str, dict[str, float]]:
     """Each named stage of hybrid search (the engine's own `timings_ms`) as a ratio of its p50
-    to the p50 of its floor: the same work done by the library alone (FAISS, tantivy, SQLite,
+    to the p50 of its floor: the same work done by the library alone (FAISS, tantivy, a dict,
     the model), given the query, its vector and the engine's result. Stage and floors are timed
     query by query in turn, so load from other processes hits both sides alike; a slower
     stage raises its own ratio and no other. The first `warmup` queries are run untimed and
@@ -136,44 +136,26 @@ def stage_ratios(
 
 
 def hnsw_leg(
-    collection: Collection,
-    exact: QueryEngine,
-    vectors: Mapping[str, tuple[list[str], Vectors]],
-    dense: DenseSpec,
-    root: Path,
-    k: int = 100,
+    collection: Collection, exact: QueryEngine, hnsw: QueryEngine, k: int = 100
 ) -> dict[str, Any]:
-    """The collection's dense leg again with every tenant in HNSW (exact_threshold 0) at the
-    spec's efSearch, built from the same vectors (`{tenant: (chunk ids, vectors)}`): its
-    quality, and recall@10 of its served top-10 against the exact leg's."""
-    index = ShardedDenseIndex.open(root, exact.embedder.identity, dense.shards, dense.hnsw, 0)
-    try:
-        for tenant, (ids, vecs) in vectors.items():
-            for b in range(0, len(ids), _UPSERT_BATCH):
-                index.upsert(tenant, ids[b : b + _UPSERT_BATCH], vecs[b : b + _UPSERT_BATCH])
-        kinds = sorted({kind for tenant in vectors for kind in index.kinds(tenant)})
-        hnsw = QueryEngine(
-            exact.embedder, index, exact.lexical, exact.chunks, exact.fusion, exact.lexical_spec
-        )
-        recalls: list[float] = []
+    """The collection's dense leg again on `hnsw`, the same vectors with every tenant in HNSW
+    (exact_threshold 0): its quality, and recall@10 of its served top-10 against the top-10 of
+    `exact`'s dense leg."""
+    recalls: list[float] = []
 
-        def search(tenant: str, query: str, depth: int, _leg: str) -> list[tuple[str, str]]:
-            hits = hnsw.search(tenant, query, k=depth, mode="dense", rerank=False).hits
-            truth = exact.search(tenant, query, k=10, mode="dense", rerank=False).hits
-            want = {h.chunk.chunk_id for h in truth}
-            got = {h.chunk.chunk_id for h in hits[:10]}
-            recalls.append(len(want & got) / len(want) if want else 1.0)
-            return [(h.chunk.chunk_id, h.chunk.doc_id) for h in hits]
+    def search(tenant: str, query: str, depth: int, _leg: str) -> list[tuple[str, str]]:
+        hits = hnsw.search(tenant, query, k=depth, mode="dense", rerank=False).hits
+        truth = exact.search(tenant, query, k=10, mode="dense", rerank=False).hits
+        want = {h.chunk.chunk_id for h in truth}
+        got = {h.chunk.chunk_id for h in hits[:10]}
+        recalls.append(len(want & got) / len(want) if want else 1.0)
+        return [(h.chunk.chunk_id, h.chunk.doc_id) for h in hits]
 
-        report = evaluate(collection, search, legs=("dense",), k=k).to_json()["dense"]
-    finally:
-        index.close(snapshot=False)
+    report = evaluate(collection, search, legs=("dense",), k=k).to_json()["dense"]
     return {
         "ndcg@10": report["ndcg@10"],
         "recall@100": report["recall@100"],
         "recall@10_vs_exact": round(float(np.mean(recalls)), 4),
-        "kinds": kinds,
-        "ef_search": dense.hnsw.ef_search,
     }
 
 
@@ -206,41 +188,26 @@ def _chunk_ids(n: int) -> list[str]:
     return [f"bench:v{i}:0" for i in range(n)]
 
 
-def build_dense(
-    root: Path, vectors: Vectors, dense: DenseSpec, identity: ModelIdentity
-) -> dict[str, float]:
-    """Write `vectors` into a fresh sharded index at root with HNSW forced, then snapshot it.
-    Returns the write throughput (WAL fsync + HNSW insertion) and the snapshot time."""
-    ids = _chunk_ids(len(vectors))
-    index = ShardedDenseIndex.open(root, identity, dense.shards, dense.hnsw, exact_threshold=0)
-    try:
-        start = time.perf_counter()
-        for b in range(0, len(vectors), _UPSERT_BATCH):
-            index.upsert(BENCH_TENANT, ids[b : b + _UPSERT_BATCH], vectors[b : b + _UPSERT_BATCH])
-        upsert_s = time.perf_counter() - start
-        start = time.perf_counter()
-        index.save()
-        save_s = time.perf_counter() - start
-    finally:
-        index.close(snapshot=False)
+def build_dense(served: ServedVectors, vectors: Vectors) -> dict[str, float]:
+    """Write `vectors` to the log of `served`, then replay them into its shard replicas with
+    HNSW forced, which snapshot once caught up. Returns each step's seconds and the vectors
+    per second of both together."""
+    chunks = [vector_chunk(BENCH_TENANT, cid) for cid in _chunk_ids(len(vectors))]
+    start = time.perf_counter()
+    served.write(chunks, vectors)
+    write_s = time.perf_counter() - start
+    start = time.perf_counter()
+    served.replicas(exact_threshold=0)
+    apply_s = time.perf_counter() - start
     return {
-        "upsert_s": round(upsert_s, 2),
-        "vectors_per_s": round(len(vectors) / upsert_s, 1),
-        "snapshot_s": round(save_s, 2),
+        "write_s": round(write_s, 2),
+        "apply_s": round(apply_s, 2),
+        "vectors_per_s": round(len(vectors) / (write_s + apply_s), 1),
     }
 
 
-class ShardSet:
-    """Every shard of an index at root, loaded read-only with one HnswSpec, searched like the
-    router's fan-out: each shard's top-k, merged by score."""
-
-    def __init__(self, root: Path, shards: int, hnsw: HnswSpec, identity: ModelIdentity) -> None:
-        self.identity = identity
-        self.replicas = [ShardReplica(shard_dir(root, i), hnsw, 0) for i in range(shards)]
-
-    def search(self, query: Vectors, k: int, tenant: str = BENCH_TENANT) -> list[str]:
-        hits = [h for r in self.replicas for h in r.search(query, k, tenant, self.identity)]
-        return [h.chunk_id for h in sorted(hits, key=lambda h: (-h.score, h.chunk_id))[:k]]
+def _search_ids(dense: ReplicaDenseIndex, query: Vectors, k: int) -> list[str]:
+    return [h.chunk_id for h in dense.search(query, k, BENCH_TENANT, dense.identity)]
 
 
 def _recall(found: Iterable[str], truth: set[int]) -> float:
@@ -282,14 +249,17 @@ def ef_sweep(
     identity = ModelIdentity("bench-topic-model", "synthetic", vectors.shape[1], normalized=True)
     truth = exact_top_k(vectors, queries, top_k)
     with tempfile.TemporaryDirectory(prefix="ragindex-sweep-") as tmp:
-        build = build_dense(Path(tmp), vectors, dense, identity)
-        points = []
-        for ef in ef_values:
-            hnsw = dense.hnsw.model_copy(update={"ef_search": ef})
-            shards = ShardSet(Path(tmp), dense.shards, hnsw, identity)
-            points.append(
-                {"ef_search": ef, **_time_recall(partial(shards.search, k=top_k), queries, truth)}
-            )
+        served = ServedVectors(Path(tmp), identity, dense)
+        try:
+            build = build_dense(served, vectors)
+            points = []
+            for ef in ef_values:
+                hnsw = dense.hnsw.model_copy(update={"ef_search": ef})
+                shards = served.replicas(hnsw, exact_threshold=0)  # loads the snapshots
+                search = partial(_search_ids, shards, k=top_k)
+                points.append({"ef_search": ef, **_time_recall(search, queries, truth)})
+        finally:
+            served.close()
     flat = faiss.IndexFlatIP(vectors.shape[1])
     flat.add(vectors)
 

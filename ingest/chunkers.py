@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from ragindex.config import ChunkingSpec
 from ragindex.errors import InvalidInput
 from ragindex.hashing import chunk_id, content_hash
-from ragindex.ingest.parsers import Block, parse_blocks
+from ragindex.ingest.parsers import FORMATS, Block, parse_blocks
 from ragindex.types import Chunk, Document, validate_tenant
 
 CountTokens = Callable[[str], int]
@@ -223,10 +223,16 @@ def _sections(blocks: list[Block]) -> list[list[Block]]:
     return sections
 
 
-def _doc_format(doc: Document) -> str:
+def document_format(doc: Document) -> str:
+    """The document's format (metadata.format, markdown by default); InvalidInput for one that
+    no parser reads."""
     fmt = doc.metadata.get("format", DEFAULT_FORMAT)
     if not isinstance(fmt, str):
         raise InvalidInput(f"document {doc.key}: metadata.format must be a string")
+    if fmt not in FORMATS:
+        raise InvalidInput(
+            f"document {doc.key}: unknown document format {fmt!r}: use one of {', '.join(FORMATS)}"
+        )
     return fmt
 
 
@@ -246,7 +252,7 @@ def chunk_document(
     budget = token_budget(spec, limit)
     count = _Counter(count_tokens)
     try:
-        blocks = parse_blocks(doc.text, _doc_format(doc))
+        blocks = parse_blocks(doc.text, document_format(doc))
     except InvalidInput as exc:
         raise InvalidInput(f"document {doc.key}: {exc}") from None
 

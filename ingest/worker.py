@@ -31,8 +31,7 @@ from ragindex.config import ChunkingSpec
 from ragindex.filters import superseded
 from ragindex.hashing import shard_for
 from ragindex.ingest.pipeline import chunk_for_embedder, embed_chunks
-from ragindex.log import WriterFenced
-from ragindex.protocols import Embedder, Log, Vectors
+from ragindex.protocols import Embedder, Log, Vectors, WriterFenced
 from ragindex.records import (
     DocKey,
     chunk_header,
@@ -42,27 +41,15 @@ from ragindex.records import (
     encode_chunk,
     split_chunk_key,
 )
-from ragindex.topics import partition_for_key
+from ragindex.topics import DataPlaneTopics, partition_for_key
 from ragindex.types import Chunk, LogRecord
 
 log = logging.getLogger("ragindex.ingest")
 
-INGEST_GROUP = "ingest"
 LAG_LIMIT = 10_000  # lag() counts up to this many records per partition
 READ_BATCH = 64  # docs per partition and transaction: small enough that a crash redoes little
 COMMIT_THREADS = 8  # partitions committed side by side
 TRACES = 256  # the latest batches' timings a worker keeps (BatchTrace)
-
-
-@dataclass(frozen=True)
-class DataPlaneTopics:
-    """The topics of one index generation and their partition counts."""
-
-    docs: str
-    chunks: str
-    docs_partitions: int
-    shards: int
-    group: str = INGEST_GROUP  # the generation's ingest consumer group on `docs`
 
 
 def owned_partitions(rank: int, workers: int, partitions: int) -> list[int]:

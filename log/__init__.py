@@ -5,6 +5,6 @@ broker for tests and benchmarks) is imported from its module, not from here.
 """
 
 from ragindex.log.file_log import FileLog, LogLocked
-from ragindex.log.kafka_log import KafkaLog, WriterFenced
+from ragindex.log.kafka_log import KafkaLog
 
-__all__ = ["FileLog", "KafkaLog", "LogLocked", "WriterFenced"]
+__all__ = ["FileLog", "KafkaLog", "LogLocked"]

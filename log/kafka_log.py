@@ -49,8 +49,9 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
-from ragindex.errors import BackendUnavailable, InvalidInput, OffsetOutOfRange, RagIndexError
+from ragindex.errors import BackendUnavailable, InvalidInput, OffsetOutOfRange
 from ragindex.log.validation import check_consumed, check_records, check_topic_name
+from ragindex.protocols import WriterFenced
 from ragindex.types import LogRecord
 
 log = logging.getLogger("ragindex.log")
@@ -67,10 +68,6 @@ def transactional_id(group: str, consumed: Mapping[tuple[str, int], int]) -> str
     """The transactional id of `group`'s writes consuming these input partitions: a successor
     on the same inputs shares it, and fences its predecessor by initialising it."""
     return f"ragindex.{group}." + ",".join(f"{t}:{p}" for t, p in sorted(consumed))
-
-
-class WriterFenced(RagIndexError):
-    """A newer writer with the same transactional id took over: stop, another worker owns it."""
 
 
 @dataclass

@@ -13,6 +13,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
+from ragindex.errors import RagIndexError
 from ragindex.filters import TermExpr
 from ragindex.types import Chunk, LogRecord, ModelIdentity, ScoredId
 
@@ -74,6 +75,11 @@ class LexicalIndex(Protocol):
     def close(self) -> None: ...
 
 
+class WriterFenced(RagIndexError):
+    """A newer writer claimed the input partition (`Log.claim`): this writer's later commits
+    for it are refused; it lets the partition go, another worker owns it."""
+
+
 class Log(Protocol):
     """A partitioned, replicated, keyed log: the source of truth every index is a view of.
 
@@ -130,8 +136,8 @@ class Log(Protocol):
         """Become the one writer of `group`'s progress on this input partition and return the
         offset to resume from. Any earlier writer of it is fenced first (Kafka: the input's
         transactional id is initialised anew; its later `append_and_commit` for the partition
-        fails), so no commit of the earlier writer can land after the offset returned here.
-        The file log has one writer process: claiming takes its writer lock."""
+        raises WriterFenced), so no commit of the earlier writer can land after the offset
+        returned here. The file log has one writer process: claiming takes its writer lock."""
         ...
 
     def read(

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
 from ragindex.errors import InvalidInput
 from ragindex.protocols import Vectors
-from ragindex.types import Chunk, Document
+from ragindex.topics import partition_for_key
+from ragindex.types import ID_PART_RE, Chunk, Document
 
 _HEADER_LEN = struct.Struct("<I")
 
@@ -44,6 +46,30 @@ def doc_key(tenant_id: str, source: str, doc_id: str) -> bytes:
 
 def encode_document(doc: Document) -> bytes:
     return json.dumps(asdict(doc), separators=(",", ":")).encode()
+
+
+DocsRecord = tuple[int, bytes, bytes | None]  # (partition, key, value) of a `docs` record
+
+
+def docs_records(
+    tenant_id: str, documents: Sequence[Document], partitions: int
+) -> list[DocsRecord]:
+    """The `docs` records that write a tenant's (validated) documents, in order, each in its
+    key's partition."""
+    records: list[DocsRecord] = []
+    for doc in documents:
+        key = doc_key(tenant_id, doc.source, doc.doc_id)
+        records.append((partition_for_key(key, partitions), key, encode_document(doc)))
+    return records
+
+
+def docs_tombstone(tenant_id: str, source: str, doc_id: str, partitions: int) -> DocsRecord:
+    """The `docs` record that deletes a document; InvalidInput for a malformed source or id."""
+    for what, value in (("source", source), ("doc_id", doc_id)):
+        if not isinstance(value, str) or not ID_PART_RE.fullmatch(value):
+            raise InvalidInput(f"{what} {value!r} is malformed")
+    key = doc_key(tenant_id, source, doc_id)
+    return partition_for_key(key, partitions), key, None
 
 
 def decode_document(value: bytes) -> Document:

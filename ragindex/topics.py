@@ -15,8 +15,13 @@ taking over a partition on another node rebuilds it from there.
 from __future__ import annotations
 
 import zlib
+from dataclasses import dataclass
+
+from ragindex.config import RagIndexSpec
+from ragindex.generations import index_generation, ingest_group
 
 PREFIX = "ragindex"
+INGEST_GROUP = "ingest"
 
 
 def docs_topic(namespace: str, name: str) -> str:
@@ -34,3 +39,31 @@ def snapshots_topic(namespace: str, name: str, generation: str) -> str:
 def partition_for_key(key: bytes, partitions: int) -> int:
     """Stable placement of a key (crc32, identical across processes, runs and log backends)."""
     return zlib.crc32(key) % partitions
+
+
+@dataclass(frozen=True)
+class DataPlaneTopics:
+    """The topics of one index generation and their partition counts."""
+
+    docs: str
+    chunks: str
+    docs_partitions: int
+    shards: int
+    group: str = INGEST_GROUP  # the generation's ingest consumer group on `docs`
+
+
+def plane_topics(spec: RagIndexSpec, name: str, namespace: str) -> DataPlaneTopics:
+    """The `docs` and `chunks.<generation>` topics of index `namespace/name` at `spec`'s
+    generation, with the generation's ingest group."""
+    generation = index_generation(spec)
+    return DataPlaneTopics(
+        docs=docs_topic(namespace, name),
+        chunks=chunks_topic(namespace, name, generation),
+        docs_partitions=spec.log.docs_partitions,
+        shards=spec.dense.shards,
+        group=ingest_group(generation),
+    )
+
+
+def plane_snapshots_topic(spec: RagIndexSpec, name: str, namespace: str) -> str:
+    return snapshots_topic(namespace, name, index_generation(spec))

@@ -25,7 +25,7 @@ from ragindex.errors import BackendUnavailable, InvalidInput, NotConfigured
 from ragindex.feedback import rocchio
 from ragindex.filters import Filter, TermExpr, compile_access, matches
 from ragindex.fusion import reciprocal_rank_fusion
-from ragindex.ingest.pipeline import passage_text
+from ragindex.passages import passage_text
 from ragindex.protocols import DenseIndex, Embedder, LexicalIndex, Reranker, Vectors
 from ragindex.types import Chunk, Hit, ScoredId, refuse_surrogates, validate_tenant
 

@@ -31,17 +31,13 @@ from ragindex.app.bench_serve import (
     unique_queries,
 )
 from ragindex.app.serve.data_plane import DEFAULT_NAMESPACE
-from ragindex.app.serve.query_side import (
-    LEG_THREADS,
-    LocalQuerySide,
-    ReplicaDenseIndex,
-    SerializedEmbedder,
-)
+from ragindex.app.serve.query_side import LEG_THREADS, LocalQuerySide, SerializedEmbedder
 from ragindex.app.serve_cli import APP_NAME
 from ragindex.config import RagIndexSpec
 from ragindex.measure import percentile
 from ragindex.models.embedder import load_embedder
 from ragindex.router.query import QueryEngine, engine_ms
+from ragindex.shards.replica_set import ReplicaDenseIndex
 
 WARMUP = 20
 

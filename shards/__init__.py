@@ -1,7 +1,6 @@
-"""ragindex.shards: tenant-partitioned FAISS shards with a write-ahead log and snapshots."""
+"""ragindex.shards: tenant-partitioned FAISS shards, each served as a replica of its partition of
+`chunks.<generation>` (log_replica), with snapshots."""
 
-from ragindex.shards.replica import ShardReplica
 from ragindex.shards.shard import DenseShard
-from ragindex.shards.sharded import ShardedDenseIndex
 
-__all__ = ["DenseShard", "ShardReplica", "ShardedDenseIndex"]
+__all__ = ["DenseShard"]

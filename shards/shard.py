@@ -1,9 +1,10 @@
 """A dense shard: tenant -> partition, stamped with one embedding model identity.
 
 Snapshots are a directory of generation-numbered partition files plus `manifest.json`,
-which names them, stamps the identity and records the WAL offset the snapshot covers. The
-manifest is renamed into place last, so a crash at any point leaves the previous manifest
-pointing at the previous, complete set of files.
+which names them, stamps the identity and records the log offset the snapshot covers
+(`wal_offset`, named when a shard had a write-ahead log of its own; the snapshots keep the
+name). The manifest is renamed into place last, so a crash at any point leaves the previous
+manifest pointing at the previous, complete set of files.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def check_identity(expected: ModelIdentity, got: ModelIdentity, what: str = "que
 @dataclass(frozen=True)
 class ShardImage:
     """A shard's snapshot in memory (`DenseShard.image`): per tenant its FAISS index and
-    metadata bytes, and the WAL offset they cover."""
+    metadata bytes, and the log offset they cover."""
 
     identity: ModelIdentity
     hnsw: HnswSpec
@@ -98,7 +99,7 @@ class DenseShard:
         self.identity = identity
         self.hnsw = hnsw
         self.exact_threshold = exact_threshold
-        self.wal_offset = 0  # the WAL offset this state covers (set by replay and load)
+        self.wal_offset = 0  # the chunks log offset this state covers (set by replay and load)
         self._partitions: dict[str, TenantPartition] = {}
         self._lock = threading.Lock()
 

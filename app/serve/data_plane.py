@@ -19,32 +19,14 @@ import os
 from pathlib import Path
 
 from ragindex.config import RagIndexSpec
-from ragindex.generations import index_generation, ingest_group
-from ragindex.ingest.worker import DataPlaneTopics
+from ragindex.generations import index_generation
 from ragindex.protocols import Log
 from ragindex.serve_config import KAFKA_BOOTSTRAP_ENV, KAFKA_PASSWORD_ENV, KAFKA_USERNAME_ENV
-from ragindex.topics import chunks_topic, docs_topic, snapshots_topic
+from ragindex.topics import DataPlaneTopics
 
 DEFAULT_NAMESPACE = "default"
 NODE_ROOT_ENV = "RAGINDEX_NODE_ROOT"
 TAIL_WINDOW = 8  # offsets before the end that hold the last record (and a commit marker)
-
-
-def docs_partitions(spec: RagIndexSpec) -> int:
-    """Partitions of `docs` (spec.log.docsPartitions where the spec has it)."""
-    log_spec = getattr(spec, "log", None)
-    return int(getattr(log_spec, "docs_partitions", 4))
-
-
-def plane_topics(spec: RagIndexSpec, name: str, namespace: str) -> DataPlaneTopics:
-    generation = index_generation(spec)
-    return DataPlaneTopics(
-        docs=docs_topic(namespace, name),
-        chunks=chunks_topic(namespace, name, generation),
-        docs_partitions=docs_partitions(spec),
-        shards=spec.dense.shards,
-        group=ingest_group(generation),
-    )
 
 
 def open_log(data_dir: Path) -> Log:
@@ -58,10 +40,6 @@ def open_log(data_dir: Path) -> Log:
     from ragindex.log import FileLog
 
     return FileLog(data_dir / "log")
-
-
-def plane_snapshots_topic(spec: RagIndexSpec, name: str, namespace: str) -> str:
-    return snapshots_topic(namespace, name, index_generation(spec))
 
 
 def open_snapshot_log(data_dir: Path, log_: Log) -> Log:

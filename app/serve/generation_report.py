@@ -28,10 +28,10 @@ from ragindex.generations import (
     build_report,
     self_check_sample,
 )
-from ragindex.ingest.worker import DataPlaneTopics
 from ragindex.protocols import Log
 from ragindex.records import DocKey, decode_document
 from ragindex.router.query import SearchResult
+from ragindex.topics import DataPlaneTopics
 from ragindex.types import Document
 
 VIEWS_WAIT_S = 2.0  # the views trail the log by about their refresh interval

@@ -28,12 +28,7 @@ from typing import Any
 
 from ray.serve.handle import DeploymentHandle
 
-from ragindex.app.serve.data_plane import (
-    applied_target,
-    ensure_topics,
-    open_log,
-    plane_topics,
-)
+from ragindex.app.serve.data_plane import applied_target, ensure_topics, open_log
 from ragindex.app.serve.pools import RemoteEmbedder
 from ragindex.app.serve.progress import ProgressReporter, running_replicas, this_replica
 from ragindex.app.serve.threads import ReplicaThread, limit_threads, release_free_heap
@@ -45,10 +40,10 @@ from ragindex.ingest.worker import READ_BATCH, IngestWorker, assigned_partitions
 from ragindex.models.embedder import load_embedder, resolve_model_path
 from ragindex.models.onnx_embedder import TokenCounter
 from ragindex.protocols import Embedder
-from ragindex.records import doc_key, encode_document
+from ragindex.records import docs_records, docs_tombstone
 from ragindex.serve_config import INGEST
-from ragindex.topics import partition_for_key
-from ragindex.types import ID_PART_RE, Document, validate_tenant
+from ragindex.topics import plane_topics
+from ragindex.types import Document, validate_tenant
 
 log = logging.getLogger("ragindex.serve")
 
@@ -159,13 +154,8 @@ class Ingest:
 
     async def append(self, tenant_id: str, documents: list[Document]) -> list[dict[str, Any]]:
         """Validate, append to `docs`, return where each document landed once durable."""
-        tenant = validate_tenant(tenant_id)
         docs = as_documents(documents)
-        keys = [doc_key(tenant, d.source, d.doc_id) for d in docs]
-        records = [
-            (partition_for_key(k, self.topics.docs_partitions), k, encode_document(d))
-            for k, d in zip(keys, docs, strict=True)
-        ]
+        records = docs_records(validate_tenant(tenant_id), docs, self.topics.docs_partitions)
         offsets = await self.accepting.run(self._append, records)
         self._appended.set()
         return [
@@ -176,12 +166,9 @@ class Ingest:
     async def delete(self, tenant_id: str, source: str, doc_id: str) -> dict[str, Any]:
         """Append a tombstone for the document (its chunks are removed downstream)."""
         tenant = validate_tenant(tenant_id)
-        for what, value in (("source", source), ("doc_id", doc_id)):
-            if not isinstance(value, str) or not ID_PART_RE.match(value):
-                raise InvalidInput(f"{what} {value!r} is malformed")
-        key = doc_key(tenant, source, doc_id)
-        partition = partition_for_key(key, self.topics.docs_partitions)
-        (offset,) = await self.accepting.run(self._append, [(partition, key, None)])
+        record = docs_tombstone(tenant, source, doc_id, self.topics.docs_partitions)
+        partition = record[0]
+        (offset,) = await self.accepting.run(self._append, [record])
         self._appended.set()
         return {"source": source, "doc_id": doc_id, "partition": partition, "offset": offset}
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from ray.serve.handle import DeploymentHandle
 
-from ragindex.app.serve.data_plane import open_log, plane_topics, replica_dir, replica_rank
+from ragindex.app.serve.data_plane import open_log, replica_dir, replica_rank
 from ragindex.app.serve.progress import ProgressReporter
 from ragindex.app.serve.query_side import open_bm25_view
 from ragindex.app.serve.topic_view import TopicView
@@ -22,6 +22,7 @@ from ragindex.filters import TermExpr
 from ragindex.generations import index_generation
 from ragindex.lexical.view import LexicalView
 from ragindex.serve_config import LEXICAL
+from ragindex.topics import plane_topics
 from ragindex.types import ScoredId
 
 

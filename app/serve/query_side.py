@@ -15,8 +15,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import Executor, ThreadPoolExecutor
-from concurrent.futures import wait as wait_for
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -28,13 +27,7 @@ from ray.serve.handle import DeploymentHandle
 from ragindex.app.answers import answer_service
 from ragindex.app.engine import open_lexical
 from ragindex.app.serve import failover
-from ragindex.app.serve.data_plane import (
-    applied_target,
-    open_log,
-    open_snapshot_log,
-    plane_snapshots_topic,
-    plane_topics,
-)
+from ragindex.app.serve.data_plane import applied_target, open_log, open_snapshot_log
 from ragindex.app.serve.pools import RemoteEmbedder, RemoteReranker
 from ragindex.app.serve.progress import (
     STALE_S,
@@ -47,7 +40,6 @@ from ragindex.config import RagIndexSpec
 from ragindex.errors import BackendUnavailable, InvalidInput
 from ragindex.filters import TermExpr
 from ragindex.generations import index_generation
-from ragindex.hashing import shard_for
 from ragindex.lexical.view import LexicalView
 from ragindex.models.embedder import load_embedder
 from ragindex.models.reranker import load_reranker
@@ -58,14 +50,15 @@ from ragindex.router.query import Access, QueryEngine, SearchResult
 from ragindex.router.query_cache import with_query_cache
 from ragindex.serve_config import LEXICAL, shard_deployment_name
 from ragindex.shards.log_replica import LogShardReplica
+from ragindex.shards.replica_set import (
+    ReadOnlyDense,
+    ReplicaDenseIndex,
+    by_shard,
+    merge_by_score,
+)
 from ragindex.shards.snapshot_log import SnapshotTopic
+from ragindex.topics import plane_snapshots_topic, plane_topics
 from ragindex.types import Chunk, ModelIdentity, ScoredId
-
-
-def merge_by_score(results: Sequence[Sequence[ScoredId]], k: int) -> list[ScoredId]:
-    """Top-k of several shards' hits by score (ties by chunk id), as ShardedDenseIndex does."""
-    hits = [h for shard_hits in results for h in shard_hits]
-    return sorted(hits, key=lambda h: (-h.score, h.chunk_id))[:k]
 
 
 def catching_up(progress: dict[str, list[int]], targets: list[int]) -> str | None:
@@ -80,92 +73,12 @@ def catching_up(progress: dict[str, list[int]], targets: list[int]) -> str | Non
     return ", ".join(behind) or None
 
 
-def by_shard(tenant_id: str, chunk_ids: Sequence[str], shards: int) -> dict[int, list[str]]:
-    """Chunk ids grouped by the shard that holds them (and their text)."""
-    groups: dict[int, list[str]] = {}
-    for cid in chunk_ids:
-        groups.setdefault(shard_for(tenant_id, cid, shards), []).append(cid)
-    return groups
-
-
 # Threads that run a search's BM25 leg and its other dense shards beside the searching thread
 # (the Router runs 4 searches at a time; the tasks never wait on each other, so a busy pool
 # only queues them).
 LEG_THREADS = 4
 REGISTRY_S = 2.0  # one poll of the progress registry; the wait polls again until its timeout
 RUNNING_MAX_AGE_S = 1.0  # the oldest list of running view replicas a wait counts on
-
-
-class _ReadOnlyDense:
-    """The write half of the DenseIndex protocol for the query side, which never writes."""
-
-    def upsert(self, tenant_id: str, chunk_ids: Sequence[str], vectors: Vectors) -> None:
-        raise InvalidInput("the query side's dense index is read-only; send writes to Ingest")
-
-    def delete(self, tenant_id: str, chunk_ids: Sequence[str]) -> None:
-        raise InvalidInput("the query side's dense index is read-only; send writes to Ingest")
-
-
-class ReplicaDenseIndex(_ReadOnlyDense):
-    """The dense leg and chunk lookup over this process's replicas of every shard."""
-
-    def __init__(
-        self,
-        replicas: list[LogShardReplica],
-        identity: ModelIdentity,
-        shard_executor: Executor | None = None,
-    ) -> None:
-        """`shard_executor`: where every shard but the first is searched while the calling
-        thread searches the first (FAISS releases the GIL); None searches them in turn."""
-        self.replicas = replicas
-        self.identity = identity
-        self.shard_executor = shard_executor
-
-    def search(
-        self,
-        query_vector: Vectors,
-        top_k: int,
-        tenant_id: str,
-        identity: ModelIdentity,
-        access: TermExpr | None = None,
-    ) -> list[ScoredId]:
-        first, *others = self.replicas
-        if self.shard_executor is None or not others:
-            results = [
-                r.search(query_vector, top_k, tenant_id, identity, access) for r in self.replicas
-            ]
-            return merge_by_score(results, top_k)
-        jobs = [
-            self.shard_executor.submit(r.search, query_vector, top_k, tenant_id, identity, access)
-            for r in others
-        ]
-        try:
-            results = [first.search(query_vector, top_k, tenant_id, identity, access)]
-        finally:
-            wait_for(jobs)  # no shard search outlives the one that asked it
-        return merge_by_score(results + [j.result() for j in jobs], top_k)
-
-    def get_chunks(self, tenant_id: str, chunk_ids: Sequence[str]) -> dict[str, Chunk]:
-        found: dict[str, Chunk] = {}
-        for shard, ids in by_shard(tenant_id, chunk_ids, len(self.replicas)).items():
-            found.update(self.replicas[shard].get_chunks(tenant_id, ids))
-        return found
-
-    def catch_up(self) -> int:
-        return sum(r.catch_up() for r in self.replicas)
-
-    def count(self, tenant_id: str) -> int:
-        return sum(r.count(tenant_id) for r in self.replicas)
-
-    def document_keys(self, tenant_id: str) -> set[tuple[str, str]]:
-        """(source, doc_id) of every document with chunks in these replicas."""
-        return set().union(*(r.documents(tenant_id) for r in self.replicas))
-
-    def documents(self, tenant_id: str) -> int:
-        return len(self.document_keys(tenant_id))
-
-    def offsets(self) -> list[int]:
-        return [r.offset for r in self.replicas]
 
 
 class SerializedEmbedder:
@@ -386,7 +299,7 @@ class LocalQuerySide:
             self.log.close()
 
 
-class RemoteDenseIndex(_ReadOnlyDense):
+class RemoteDenseIndex(ReadOnlyDense):
     """Fan out to every Shard<i> deployment at once, then merge by score."""
 
     def __init__(self, shards: list[DeploymentHandle], identity: ModelIdentity) -> None:

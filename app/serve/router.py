@@ -16,7 +16,7 @@ from typing import Any
 from ray.serve.handle import DeploymentHandle
 
 from ragindex.app.engine import auth_dir
-from ragindex.app.serve.data_plane import open_log, plane_topics, replica_dir, replica_rank
+from ragindex.app.serve.data_plane import open_log, replica_dir, replica_rank
 from ragindex.app.serve.generation_report import generation_report
 from ragindex.app.serve.pools import RemoteEmbedder
 from ragindex.app.serve.query_side import ClusterQuerySide, LocalQuerySide, QuerySide
@@ -30,6 +30,7 @@ from ragindex.router.auth import TokenVerifier
 from ragindex.router.http import create_app
 from ragindex.router.query import Access, SearchResult
 from ragindex.serve_config import ROUTER, Runtime
+from ragindex.topics import plane_topics
 from ragindex.types import Document
 
 SEARCH_THREADS = 4

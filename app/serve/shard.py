@@ -13,14 +13,7 @@ from typing import Any
 
 from ray.serve.handle import DeploymentHandle
 
-from ragindex.app.serve.data_plane import (
-    open_log,
-    open_snapshot_log,
-    plane_snapshots_topic,
-    plane_topics,
-    replica_dir,
-    replica_rank,
-)
+from ragindex.app.serve.data_plane import open_log, open_snapshot_log, replica_dir, replica_rank
 from ragindex.app.serve.progress import ProgressReporter
 from ragindex.app.serve.threads import limit_threads
 from ragindex.app.serve.topic_view import TopicView
@@ -31,6 +24,7 @@ from ragindex.protocols import Vectors
 from ragindex.serve_config import shard_deployment_name
 from ragindex.shards.log_replica import LogShardReplica
 from ragindex.shards.snapshot_log import SnapshotTopic
+from ragindex.topics import plane_snapshots_topic, plane_topics
 from ragindex.types import Chunk, ModelIdentity, ScoredId
 
 

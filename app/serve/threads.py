@@ -1,6 +1,6 @@
 """What every replica shares: one worker thread owning its index objects, one refresh loop.
 
-Every replica runs its index and model work on ONE worker thread: FAISS and SQLite objects
+Every replica runs its index and model work on ONE worker thread: FAISS and tantivy objects
 are not shared across threads, and one intra-op thread per replica is what 2 cores sustain
 (FIELD-NOTES).
 """

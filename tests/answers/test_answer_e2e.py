@@ -1,4 +1,4 @@
-"""AnswerService end to end over a real LocalEngine (MiniLM, tantivy, FAISS) on Cranfield docs.
+"""AnswerService end to end over the embedded data plane (MiniLM, FAISS, tantivy) on Cranfield docs.
 
 The injected document lives only in tenant "dirty"; tenant "clean" holds the same Cranfield
 documents without it, so the injection's effect on citations is measured against a clean run.
@@ -29,7 +29,7 @@ from ragindex.router.prompt import NO_ANSWER
 from ragindex.types import Document
 
 if TYPE_CHECKING:
-    from ragindex.app.engine import LocalEngine
+    from ragindex.app.embedded import EmbeddedIndex
 
 pytestmark = pytest.mark.slow
 
@@ -48,22 +48,24 @@ EVIL = Document(
 
 
 @pytest.fixture(scope="module")
-def engine(tmp_path_factory: pytest.TempPathFactory, cranfield_dir: Path) -> Iterator[LocalEngine]:
+def engine(
+    tmp_path_factory: pytest.TempPathFactory, cranfield_dir: Path
+) -> Iterator[EmbeddedIndex]:
     import torch
 
     torch.set_num_threads(1)
-    from ragindex.app.engine import LocalEngine
+    from ragindex.app.embedded import EmbeddedIndex
 
     collection = load_cranfield(cranfield_dir)
     docs = [collection.corpus[d].to_document("cranfield") for d in DOC_IDS]
-    eng = LocalEngine.open(tmp_path_factory.mktemp("answers"))
-    list(eng.ingest.upsert("clean", docs))
-    list(eng.ingest.upsert("dirty", [*docs, EVIL]))
+    eng = EmbeddedIndex(tmp_path_factory.mktemp("answers"))
+    eng.upsert("clean", docs)
+    eng.upsert("dirty", [*docs, EVIL])
     yield eng
     eng.close()
 
 
-def service(engine: LocalEngine, generator: Generator | None = None) -> AnswerService:
+def service(engine: EmbeddedIndex, generator: Generator | None = None) -> AnswerService:
     return AnswerService(
         engine.query,
         generator or ExtractiveGenerator(),

@@ -1,7 +1,8 @@
 """The BM25/hybrid benchmark runner on a tiny corpus: report shape, consistency, input checks.
 
-The second engine's lexical leg is a real Elasticsearch filled from the chunk store, as the
-benchmark does; same analyzer and BM25 parameters, so quality must agree within 0.01.
+The second engine's lexical leg is a real Elasticsearch filled as a second BM25 view of the
+index's log, as the benchmark does; same analyzer and BM25 parameters, so quality must agree
+within 0.01.
 """
 
 from __future__ import annotations
@@ -12,12 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from ragindex.app.engine import LocalEngine
+from ragindex.app.embedded import EmbeddedIndex
 from ragindex.config import RagIndexSpec
 from ragindex.errors import InvalidInput
 from ragindex.evals.bench_bm25 import (
     bm25_table,
-    copy_chunks,
     run_bm25_bench,
     time_searches,
     with_synthetic,
@@ -33,22 +33,22 @@ from ragindex.router.query import QueryEngine
 
 
 @pytest.fixture
-def engine(tmp_path: Path, tiny: Collection, minilm: Embedder) -> Iterator[LocalEngine]:
-    eng = LocalEngine.open(tmp_path / "engine", RagIndexSpec(), embedder=minilm)
-    ingest_collection(tiny, eng.ingest.upsert)
+def engine(tmp_path: Path, tiny: Collection, minilm: Embedder) -> Iterator[EmbeddedIndex]:
+    eng = EmbeddedIndex(tmp_path / "engine", RagIndexSpec(), embedder=minilm)
+    ingest_collection(tiny, eng.upsert)
     yield eng
     eng.close()
 
 
-def engine_with(engine: LocalEngine, lexical: LexicalIndex) -> QueryEngine:
+def engine_with(engine: EmbeddedIndex, lexical: LexicalIndex) -> QueryEngine:
     spec = engine.spec
     return QueryEngine(
-        engine.embedder, engine.dense, lexical, engine.store, spec.fusion, spec.lexical
+        engine.embedder, engine.dense, lexical, engine.dense, spec.fusion, spec.lexical
     )
 
 
 @pytest.fixture
-def copied(engine: LocalEngine, tmp_path: Path) -> Iterator[TantivyIndex]:
+def copied(engine: EmbeddedIndex, tmp_path: Path) -> Iterator[TantivyIndex]:
     index = TantivyIndex.open(tmp_path / "copy")
     yield index
     index.close()
@@ -62,11 +62,16 @@ def es(es_server: EsServer) -> Iterator[ElasticsearchIndex]:
     index.close()
 
 
-def test_copy_chunks_fills_a_backend_with_what_the_pipeline_wrote(
-    engine: LocalEngine, copied: TantivyIndex
+def fill(engine: EmbeddedIndex, backend: LexicalIndex, tmp_path: Path) -> int:
+    """`backend` as a second BM25 view of the engine's log; returns the records it applied."""
+    return engine.lexical_view(backend, tmp_path / f"offsets-{uuid.uuid4().hex}.json").catch_up()
+
+
+def test_a_second_view_holds_what_the_ingest_worker_wrote(
+    engine: EmbeddedIndex, copied: TantivyIndex, tmp_path: Path
 ) -> None:
-    copied_n = copy_chunks(engine.store, DEFAULT_TENANT, copied)
-    assert copied_n == engine.store.count(DEFAULT_TENANT) == 6  # the empty document is skipped
+    applied = fill(engine, copied, tmp_path)
+    assert applied == engine.dense.count(DEFAULT_TENANT) == 6  # the empty document is skipped
     assert copied.count(DEFAULT_TENANT) == engine.lexical.count(DEFAULT_TENANT) == 6
     for query in ["shock wave", "boundary layer", "shells"]:
         assert copied.search(query, 10, DEFAULT_TENANT) == engine.lexical.search(
@@ -76,9 +81,9 @@ def test_copy_chunks_fills_a_backend_with_what_the_pipeline_wrote(
 
 @pytest.mark.elasticsearch
 def test_report_has_both_legs_on_both_backends(
-    engine: LocalEngine, es: ElasticsearchIndex, tiny: Collection
+    engine: EmbeddedIndex, es: ElasticsearchIndex, tiny: Collection, tmp_path: Path
 ) -> None:
-    copy_chunks(engine.store, DEFAULT_TENANT, es)
+    fill(engine, es, tmp_path)
     result = run_bm25_bench(tiny, engine.query, engine_with(engine, es), repeats=2, warmup=1)
     assert (result["documents"], result["chunks"], result["queries"]) == (7, 6, 3)
     assert result["warmup_queries"] == 1
@@ -106,22 +111,22 @@ def test_report_has_both_legs_on_both_backends(
 
 @pytest.mark.elasticsearch
 def test_backends_holding_different_chunks_are_refused(
-    engine: LocalEngine, es: ElasticsearchIndex, tiny: Collection
+    engine: EmbeddedIndex, es: ElasticsearchIndex, tiny: Collection, tmp_path: Path
 ) -> None:
     with pytest.raises(InvalidInput, match="different numbers of chunks"):
         run_bm25_bench(tiny, engine.query, engine_with(engine, es))
-    copy_chunks(engine.store, DEFAULT_TENANT, es)
+    fill(engine, es, tmp_path)
     with pytest.raises(InvalidInput, match="no chunks of tenant 'other'"):
         run_bm25_bench(tiny, engine.query, engine_with(engine, es), tenant_id="other")
     with pytest.raises(InvalidInput, match="repeats"):
         run_bm25_bench(tiny, engine.query, engine_with(engine, es), repeats=0)
 
 
-def test_engines_must_share_the_dense_index_and_store(
-    engine: LocalEngine, copied: TantivyIndex, tiny: Collection, tmp_path: Path, minilm: Embedder
+def test_engines_must_share_the_dense_index(
+    engine: EmbeddedIndex, copied: TantivyIndex, tiny: Collection, tmp_path: Path, minilm: Embedder
 ) -> None:
-    copy_chunks(engine.store, DEFAULT_TENANT, copied)
-    other = LocalEngine.open(tmp_path / "other", RagIndexSpec(), embedder=minilm)
+    fill(engine, copied, tmp_path)
+    other = EmbeddedIndex(tmp_path / "other", RagIndexSpec(), embedder=minilm)
     try:
         with pytest.raises(InvalidInput, match="share one dense index"):
             run_bm25_bench(tiny, engine.query, other.query)

@@ -28,7 +28,7 @@ from ragindex.app.bench_serve import (
     stage_breakdown,
     unique_queries,
 )
-from ragindex.app.serve.data_plane import DEFAULT_NAMESPACE, ensure_topics, open_log, plane_topics
+from ragindex.app.serve.data_plane import DEFAULT_NAMESPACE, ensure_topics, open_log
 from ragindex.app.serve_cli import APP_NAME
 from ragindex.config import RagIndexSpec
 from ragindex.errors import InvalidInput
@@ -39,7 +39,7 @@ from ragindex.lexical.view import LexicalView
 from ragindex.measure import missed_goals
 from ragindex.protocols import Embedder
 from ragindex.records import doc_key, encode_document
-from ragindex.topics import partition_for_key
+from ragindex.topics import partition_for_key, plane_topics
 from ragindex.types import Document
 
 from .conftest import TINY_DOCS, TINY_QUERIES

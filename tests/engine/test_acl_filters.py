@@ -1,4 +1,5 @@
-"""ACLs and filters end to end on the embedded engine (real MiniLM, FAISS, tantivy, store).
+"""ACLs and filters end to end on the embedded data plane (real MiniLM, file log, ingest worker,
+FAISS shard replicas, tantivy view).
 
 Hypothesis draws the documents (random ACLs, sources, dates and metadata in two tenants),
 then the caller (tenant, principals) and its filter and query. No hit of the dense leg, the
@@ -22,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ragindex.app.engine import LocalEngine
+from ragindex.app.embedded import EmbeddedIndex
 from ragindex.config import RagIndexSpec
 from ragindex.filters import parse_filter
 from ragindex.router.answer import AnswerService
@@ -44,9 +45,9 @@ SLOTS = 6  # documents per tenant; each example rewrites them all
 
 
 @pytest.fixture(scope="module")
-def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalEngine]:
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedIndex]:
     spec = RagIndexSpec.model_validate({"dense": {"shards": 2}})
-    engine = LocalEngine.open(Path(tmp_path_factory.mktemp("acl")), spec)
+    engine = EmbeddedIndex(Path(tmp_path_factory.mktemp("acl")), spec)
     yield engine
     engine.close()
 
@@ -92,7 +93,7 @@ filters = st.one_of(
     topic=st.sampled_from(TOPICS),
 )
 def test_no_leg_fused_result_or_answer_leaves_the_callers_scope(
-    engine: LocalEngine,
+    engine: EmbeddedIndex,
     docs: list[dict[str, Any]],
     tenant: str,
     principals: set[str],
@@ -113,13 +114,13 @@ def test_no_leg_fused_result_or_answer_leaves_the_callers_scope(
         )
         for other in ("wiki", "mail"):  # a slot moves between sources: drop the old one
             if other != doc.source:
-                engine.ingest.delete(owner, other, doc.doc_id)
-        engine.ingest.upsert(owner, [doc])
+                engine.delete(owner, other, doc.doc_id)
+        engine.upsert(owner, [doc])
         written[owner][f"{doc.source}:{doc.doc_id}"] = doc
 
     access = Access(principals=frozenset(principals), filter=parse_filter(data))
     expr = access.expression()
-    mine = engine.store.get_chunks(tenant, [f"{k}:0" for k in written[tenant]])
+    mine = engine.dense.get_chunks(tenant, [f"{k}:0" for k in written[tenant]])
     allowed = {cid for cid, chunk in mine.items() if access.allows(chunk)}
 
     vector = engine.embedder.embed_queries([topic])

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from elasticsearch import Elasticsearch
 
-from ragindex.app.serve.data_plane import ensure_topics, plane_topics
+from ragindex.app.serve.data_plane import ensure_topics
 from ragindex.app.serve.generation_report import generation_report
 from ragindex.app.serve.query_side import LocalQuerySide, SerializedEmbedder
 from ragindex.config import RagIndexSpec
@@ -36,7 +36,7 @@ from ragindex.generations import (
     index_generation,
     lexical_index_name,
 )
-from ragindex.ingest.worker import DataPlaneTopics, IngestWorker
+from ragindex.ingest.worker import IngestWorker
 from ragindex.lexical.elasticsearch_index import ElasticsearchIndex
 from ragindex.lexical.es_server import EsServer
 from ragindex.log.kafka_log import KafkaLog
@@ -48,7 +48,7 @@ from ragindex.operator.status import Verdict, rfc3339
 from ragindex.protocols import Embedder
 from ragindex.records import doc_key, encode_document
 from ragindex.serve_config import KAFKA_BOOTSTRAP_ENV
-from ragindex.topics import partition_for_key
+from ragindex.topics import DataPlaneTopics, partition_for_key, plane_topics
 from ragindex.types import Document, ModelIdentity
 
 pytestmark = [pytest.mark.kafka, pytest.mark.elasticsearch, pytest.mark.slow]

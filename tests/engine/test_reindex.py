@@ -19,7 +19,7 @@ from ragindex.app.cli import main
 from ragindex.app.embedded import ingest_through_log
 from ragindex.app.generations import read_record, serving_spec
 from ragindex.app.reindex import Reindex, retire_expired
-from ragindex.app.serve.data_plane import DEFAULT_NAMESPACE, plane_topics, replica_dir
+from ragindex.app.serve.data_plane import DEFAULT_NAMESPACE, replica_dir
 from ragindex.app.serve.generation_report import (
     consumed_offsets,
     gather_evidence,
@@ -40,7 +40,7 @@ from ragindex.generations import (
 from ragindex.log import FileLog
 from ragindex.protocols import Embedder, Vectors
 from ragindex.records import doc_key, encode_document
-from ragindex.topics import partition_for_key
+from ragindex.topics import partition_for_key, plane_topics
 from ragindex.types import Document
 
 pytestmark = pytest.mark.slow

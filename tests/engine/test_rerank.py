@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from ragindex.app.engine import LocalEngine
+from ragindex.app.embedded import EmbeddedIndex
 from ragindex.config import RagIndexSpec
 from ragindex.errors import InvalidInput
 from ragindex.protocols import Embedder
@@ -41,21 +41,21 @@ QUERY = "supersonic boundary layer on a wing"
 @pytest.fixture(scope="module")
 def engine(
     tmp_path_factory: pytest.TempPathFactory, tiny_cross_encoder: Path, minilm: Embedder
-) -> Iterator[LocalEngine]:
+) -> Iterator[EmbeddedIndex]:
     spec = RagIndexSpec.model_validate(
         {
             "reranker": {"enabled": True, "model": str(tiny_cross_encoder), "topN": TOP_N},
             "fusion": {"topK": 3},
         }
     )
-    eng = LocalEngine.open(tmp_path_factory.mktemp("rerank"), spec, embedder=minilm)
+    eng = EmbeddedIndex(tmp_path_factory.mktemp("rerank"), spec, embedder=minilm)
     docs = [Document("papers", str(i), "", text) for i, text in enumerate(TEXTS)]
-    eng.ingest.upsert("acme", docs)
+    eng.upsert("acme", docs)
     yield eng
     eng.close()
 
 
-def test_rerank_orders_the_fused_pool_by_cross_encoder_scores(engine: LocalEngine) -> None:
+def test_rerank_orders_the_fused_pool_by_cross_encoder_scores(engine: EmbeddedIndex) -> None:
     assert engine.query.reranker is not None
     fused = engine.query.search("acme", QUERY, k=TOP_N, rerank=False).hits
     assert len(fused) == TOP_N
@@ -72,7 +72,7 @@ def test_rerank_orders_the_fused_pool_by_cross_encoder_scores(engine: LocalEngin
     assert [h.chunk.chunk_id for h in result.hits] != [h.chunk.chunk_id for h in fused[:4]]
 
 
-def test_rerank_is_the_default_when_configured(engine: LocalEngine) -> None:
+def test_rerank_is_the_default_when_configured(engine: EmbeddedIndex) -> None:
     default = engine.query.search("acme", QUERY)
     assert "rerank" in default.timings_ms and len(default.hits) == 3
     plain = engine.query.search("acme", QUERY, rerank=False)
@@ -80,7 +80,7 @@ def test_rerank_is_the_default_when_configured(engine: LocalEngine) -> None:
 
 
 def test_rerank_without_a_reranker_is_refused(tmp_path: Path, minilm: Embedder) -> None:
-    eng = LocalEngine.open(tmp_path / "plain", RagIndexSpec(), embedder=minilm)
+    eng = EmbeddedIndex(tmp_path / "plain", RagIndexSpec(), embedder=minilm)
     try:
         with pytest.raises(InvalidInput, match="no reranker configured"):
             eng.query.search("acme", QUERY, rerank=True)

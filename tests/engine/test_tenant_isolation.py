@@ -1,7 +1,7 @@
 """Two tenants with near-identical documents: no leg ever returns the other tenant's chunk.
 
 The check is made on each leg's raw output (dense and BM25) and on the fused result, before
-the chunk fetch: the fetch reads only the asking tenant's store, so checking after it could
+the chunk fetch: the fetch reads only the asking tenant's chunks, so checking after it could
 not see a leak.
 """
 
@@ -17,7 +17,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ragindex.app.engine import LocalEngine, open_lexical
+from ragindex.app.embedded import EmbeddedIndex
+from ragindex.app.engine import open_lexical
 from ragindex.config import RagIndexSpec
 from ragindex.fusion import reciprocal_rank_fusion
 from ragindex.router.query import QueryEngine
@@ -34,9 +35,9 @@ WORDS = sorted({w for t in TOPICS for w in t.split()} | {"lift", "drag", "zzz", 
 
 
 @pytest.fixture(scope="module")
-def engine(tmp_path_factory: pytest.TempPathFactory) -> LocalEngine:
+def engine(tmp_path_factory: pytest.TempPathFactory) -> EmbeddedIndex:
     spec = RagIndexSpec.model_validate({"dense": {"shards": 2}})
-    engine = LocalEngine.open(Path(tmp_path_factory.mktemp("iso")), spec)
+    engine = EmbeddedIndex(Path(tmp_path_factory.mktemp("iso")), spec)
     for tenant, prefix in (("alpha", "a"), ("beta", "b")):
         docs = [
             Document(
@@ -48,7 +49,7 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> LocalEngine:
             )
             for n, topic in enumerate(TOPICS)
         ]
-        engine.ingest.upsert(tenant, docs)
+        engine.upsert(tenant, docs)
     yield engine
     engine.close()
 
@@ -66,7 +67,7 @@ def _own(tenant: str, chunk_id: str) -> bool:
     tenant=st.sampled_from(["alpha", "beta"]),
     words=st.lists(st.sampled_from(WORDS), min_size=1, max_size=8),
 )
-def test_no_leg_returns_another_tenants_chunk(engine: LocalEngine, tenant: str, words: list[str]):
+def test_no_leg_returns_another_tenants_chunk(engine: EmbeddedIndex, tenant: str, words: list[str]):
     query = " ".join(words)
     vector = engine.embedder.embed_queries([query])
     dense = engine.dense.search(vector, 100, tenant, engine.embedder.identity)
@@ -81,13 +82,13 @@ def test_no_leg_returns_another_tenants_chunk(engine: LocalEngine, tenant: str, 
     assert all(h.chunk.tenant_id == tenant and _own(tenant, h.chunk.chunk_id) for h in result.hits)
 
 
-def test_other_tenants_exact_text_finds_only_own_documents(engine: LocalEngine):
+def test_other_tenants_exact_text_finds_only_own_documents(engine: EmbeddedIndex):
     other_text = f"{TOPICS[0]}. Measurements by team beta of the {TOPICS[0]}."
     hits = engine.query.search("alpha", other_text, k=10).hits
     assert hits and all(h.chunk.doc_id.startswith("a") for h in hits)
 
 
-def test_feedback_on_both_legs_stays_inside_the_tenant(engine: LocalEngine):
+def test_feedback_on_both_legs_stays_inside_the_tenant(engine: EmbeddedIndex):
     """RM3 and Rocchio read their feedback hits' text: only ever the asking tenant's."""
     spec = RagIndexSpec.model_validate(
         {
@@ -98,12 +99,12 @@ def test_feedback_on_both_legs_stays_inside_the_tenant(engine: LocalEngine):
             },
         }
     )
-    lexical = open_lexical(spec, engine.data_dir, engine.embedder.identity, read_only=True)
+    lexical = open_lexical(spec, engine.side.directory, engine.embedder.identity, read_only=True)
     query = QueryEngine(
         engine.embedder,
         engine.dense,
         lexical,
-        engine.store,
+        engine.dense,
         fusion=spec.fusion,
         lexical_spec=spec.lexical,
         rocchio=spec.feedback.rocchio,

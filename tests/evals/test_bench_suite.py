@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from ragindex.app import gate_cli
-from ragindex.app.engine import LocalEngine
+from ragindex.app.embedded import EmbeddedIndex
 from ragindex.config import DenseSpec, RagIndexSpec
 from ragindex.errors import InvalidInput
 from ragindex.evals import bench_suite as bs
@@ -36,8 +36,8 @@ def test_ef_sweep_honours_ef_search_and_times_only_fresh_queries() -> None:
 
 
 @pytest.fixture(scope="module")
-def engine(tmp_path_factory: pytest.TempPathFactory, minilm: Embedder) -> Iterator[LocalEngine]:
-    eng = LocalEngine.open(tmp_path_factory.mktemp("stages"), RagIndexSpec(), embedder=minilm)
+def engine(tmp_path_factory: pytest.TempPathFactory, minilm: Embedder) -> Iterator[EmbeddedIndex]:
+    eng = EmbeddedIndex(tmp_path_factory.mktemp("stages"), RagIndexSpec(), embedder=minilm)
     words = [
         "lift",
         "drag",
@@ -53,12 +53,12 @@ def engine(tmp_path_factory: pytest.TempPathFactory, minilm: Embedder) -> Iterat
         "shell",
     ]
     docs = [Document("s", str(i), "", " ".join(np.roll(words, i)[:6])) for i in range(12)]
-    eng.ingest.upsert("default", docs)
+    eng.upsert("default", docs)
     yield eng
     eng.close()
 
 
-def test_stage_ratios_time_each_stage_against_its_floor(engine: LocalEngine) -> None:
+def test_stage_ratios_time_each_stage_against_its_floor(engine: EmbeddedIndex) -> None:
     seen: list[str] = []
 
     def floor(query: str, vector: object, result: object) -> None:
@@ -102,7 +102,7 @@ def test_suite_exits_1_when_a_section_fails(
 def test_suite_reruns_one_section_into_its_json_with_the_same_options(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from ragindex.shards import bench as shard_bench
+    from ragindex.evals import bench_filtered
 
     monkeypatch.setattr(gate_cli, "_query_path", lambda *_args: {})
     monkeypatch.setattr(gate_cli, "resolve_collection", lambda _name: None)
@@ -114,7 +114,7 @@ def test_suite_reruns_one_section_into_its_json_with_the_same_options(
     assert before["filtered"]["0.5"]["recall@10"] == 1.0  # 300 vectors: searched exactly
 
     poor = {"0.5": {"recall@10": 0.5, "vectors": 300, "search": "hnsw", "p50_ms": 1, "p99_ms": 2}}
-    monkeypatch.setattr(shard_bench, "run_filtered_bench", lambda **_kw: poor)
+    monkeypatch.setattr(bench_filtered, "run_filtered_bench", lambda **_kw: poor)
     rerun = argparse.Namespace(vectors=600, only=["filtered"], check=True, **common)
     assert gate_cli.bench_suite_command(rerun) == 1  # --check: the rerun section misses a goal
     assert "missed goal: filtered 0.5 recall@10: 0.5 misses the goal >= 0.95" in (

@@ -23,8 +23,7 @@ from ragindex.config import RagIndexSpec
 from ragindex.evals.collections import Collection
 from ragindex.evals.gate import compare
 from ragindex.ingest import pipeline
-from ragindex.ingest.store import ChunkStore
-from ragindex.shards.sharded import ShardedDenseIndex
+from ragindex.shards.log_replica import LogShardReplica
 
 pytestmark = pytest.mark.slow
 STAGES = {"embed", "dense", "lexical", "fusion", "fetch"}
@@ -55,8 +54,8 @@ def _slowed(target: Callable[..., Any]) -> Callable[..., Any]:
 @pytest.mark.parametrize(
     ("owner", "method", "ratio"),
     [
-        (ShardedDenseIndex, "search", "dense_over_floor_p50"),
-        (ChunkStore, "get_chunks", "fetch_over_floor_p50"),
+        (LogShardReplica, "search", "dense_over_floor_p50"),
+        (LogShardReplica, "get_chunks", "fetch_over_floor_p50"),
     ],
 )
 def test_a_3_ms_slower_stage_fails_on_its_own_ratio(
@@ -121,7 +120,7 @@ def test_worse_passage_text_fails_though_a_warm_cache_is_present(
 
     original = pipeline.passage_text
     monkeypatch.setattr(pipeline, "passage_text", lambda c: " ".join(original(c).split()[:3]))
-    # what editing ingest/pipeline.py does to the fingerprint (its source is not edited here)
+    # what editing ragindex/passages.py does to the fingerprint (its source is not edited here)
     code = eval_cli.index_code_fingerprint()
     monkeypatch.setattr(eval_cli, "index_code_fingerprint", lambda: f"changed-{code}")
     capsys.readouterr()

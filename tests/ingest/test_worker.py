@@ -18,8 +18,6 @@ from ragindex.config import ChunkingSpec
 from ragindex.errors import BackendUnavailable
 from ragindex.ingest.pipeline import chunk_for_embedder
 from ragindex.ingest.worker import (
-    INGEST_GROUP,
-    DataPlaneTopics,
     IngestWorker,
     assigned_partitions,
     owned_partitions,
@@ -31,7 +29,7 @@ from ragindex.log.kafka_log import KafkaLog
 from ragindex.log.kafka_server import KafkaServer
 from ragindex.protocols import Embedder, Log
 from ragindex.records import chunk_header, doc_key, encode_document
-from ragindex.topics import partition_for_key
+from ragindex.topics import INGEST_GROUP, DataPlaneTopics, partition_for_key
 from ragindex.types import Document
 
 TOPICS = DataPlaneTopics(docs="t.docs", chunks="t.chunks.g1", docs_partitions=3, shards=2)
@@ -252,7 +250,8 @@ from pathlib import Path
 import torch
 torch.set_num_threads(1)
 from ragindex.config import ChunkingSpec, RagIndexSpec
-from ragindex.ingest.worker import DataPlaneTopics, IngestWorker
+from ragindex.ingest.worker import IngestWorker
+from ragindex.topics import DataPlaneTopics
 from ragindex.ingest.pipeline import chunk_for_embedder
 from ragindex.log import FileLog
 from ragindex.log.kafka_log import KafkaLog

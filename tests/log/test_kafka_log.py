@@ -11,9 +11,9 @@ from unittest import mock
 import pytest
 
 from ragindex.errors import BackendUnavailable
-from ragindex.log import KafkaLog, WriterFenced
+from ragindex.log import KafkaLog
 from ragindex.log.kafka_server import SASL_USERNAME, KafkaServer
-from ragindex.protocols import Log
+from ragindex.protocols import Log, WriterFenced
 
 from .contract import LogContract, read_all
 

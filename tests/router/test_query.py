@@ -2,8 +2,9 @@
 dense leg, keeps each stage's timing and the overlapped legs' wall time, and treats a BM25
 leg that fails exactly as a sequential search does.
 
-Real parts throughout (the local engine: ONNX MiniLM, FAISS shards, tantivy, SQLite); the
-only mocks inject faults into a leg: a wait for the other leg, or an error.
+Real parts throughout (the embedded data plane: ONNX MiniLM, the file log and ingest worker,
+FAISS shard replicas, the tantivy view); the only mocks inject faults into a leg: a wait for
+the other leg, or an error.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from ragindex.app.engine import LocalEngine
+from ragindex.app.embedded import EmbeddedIndex
 from ragindex.config import LexicalSpec, RagIndexSpec
 from ragindex.errors import BackendUnavailable, IdentityMismatch
 from ragindex.filters import TermExpr
@@ -37,14 +38,14 @@ TOPICS = [
 
 
 @pytest.fixture(scope="module")
-def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalEngine]:
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedIndex]:
     spec = RagIndexSpec.model_validate({"dense": {"shards": 2}})
-    engine = LocalEngine.open(Path(tmp_path_factory.mktemp("legs")), spec)
+    engine = EmbeddedIndex(Path(tmp_path_factory.mktemp("legs")), spec)
     docs = [
         Document("papers", f"d{n}", t, f"{t}. Measured in a wind tunnel.")
         for n, t in enumerate(TOPICS)
     ]
-    engine.ingest.upsert(TENANT, docs)
+    engine.upsert(TENANT, docs)
     yield engine
     engine.close()
 
@@ -109,7 +110,7 @@ class DenseWaitingForLexical:
 
 
 def query_engine(
-    engine: LocalEngine,
+    engine: EmbeddedIndex,
     lexical: LexicalIndex,
     dense: DenseIndex | None = None,
     executor: ThreadPoolExecutor | None = None,
@@ -119,7 +120,7 @@ def query_engine(
         engine.embedder,
         dense or engine.dense,
         lexical,
-        engine.store,
+        engine.dense,
         fusion=engine.spec.fusion,
         lexical_spec=LexicalSpec.model_validate({"onUnavailable": on_unavailable}),
         leg_executor=executor,
@@ -131,7 +132,7 @@ def ids(hits: Sequence[Any]) -> list[str]:
 
 
 def test_the_lexical_leg_runs_while_the_dense_leg_searches(
-    engine: LocalEngine, pool: ThreadPoolExecutor
+    engine: EmbeddedIndex, pool: ThreadPoolExecutor
 ) -> None:
     lexical = Lexical(engine.lexical)
     dense = DenseWaitingForLexical(engine.dense, lexical)
@@ -147,13 +148,13 @@ def test_the_lexical_leg_runs_while_the_dense_leg_searches(
     )
 
 
-def test_without_an_executor_the_legs_run_in_turn_and_sum(engine: LocalEngine) -> None:
-    timings = engine.query.search(TENANT, QUERY, k=5).timings_ms
+def test_without_an_executor_the_legs_run_in_turn_and_sum(engine: EmbeddedIndex) -> None:
+    timings = query_engine(engine, engine.lexical).search(TENANT, QUERY, k=5).timings_ms
     assert LEGS_WALL not in timings and set(LEG_STAGES) - {"rocchio"} <= set(timings)
     assert engine_ms(timings) == pytest.approx(sum(timings.values()))
 
 
-def test_single_leg_modes_use_no_executor(engine: LocalEngine, pool: ThreadPoolExecutor) -> None:
+def test_single_leg_modes_use_no_executor(engine: EmbeddedIndex, pool: ThreadPoolExecutor) -> None:
     lexical = Lexical(engine.lexical)
     qe = query_engine(engine, lexical, executor=pool)
     for mode in ("dense", "lexical"):
@@ -164,7 +165,7 @@ def test_single_leg_modes_use_no_executor(engine: LocalEngine, pool: ThreadPoolE
 
 @pytest.mark.parametrize("overlapped", [False, True])
 def test_an_unavailable_lexical_leg_degrades_to_dense_only_with_a_warning(
-    engine: LocalEngine, pool: ThreadPoolExecutor, overlapped: bool
+    engine: EmbeddedIndex, pool: ThreadPoolExecutor, overlapped: bool
 ) -> None:
     lexical = Lexical(engine.lexical, BackendUnavailable("BM25 backend timed out"))
     executor = pool if overlapped else None
@@ -177,7 +178,7 @@ def test_an_unavailable_lexical_leg_degrades_to_dense_only_with_a_warning(
 
 @pytest.mark.parametrize("overlapped", [False, True])
 def test_an_unavailable_lexical_leg_fails_the_search_when_asked_to(
-    engine: LocalEngine, pool: ThreadPoolExecutor, overlapped: bool
+    engine: EmbeddedIndex, pool: ThreadPoolExecutor, overlapped: bool
 ) -> None:
     executor = pool if overlapped else None
     down = Lexical(engine.lexical, BackendUnavailable("BM25 backend timed out"))
@@ -194,7 +195,7 @@ def test_an_unavailable_lexical_leg_fails_the_search_when_asked_to(
 
 
 def test_a_failing_dense_leg_fails_the_search_after_the_lexical_leg_ended(
-    engine: LocalEngine, pool: ThreadPoolExecutor
+    engine: EmbeddedIndex, pool: ThreadPoolExecutor
 ) -> None:
     lexical = Lexical(engine.lexical)
     wrong = IdentityMismatch("query uses another embedding model identity")

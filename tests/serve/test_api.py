@@ -84,13 +84,12 @@ def test_upsert_is_acknowledged_by_the_log_and_applied_with_wait(
         (accepted,) = first.json()["accepted"]
         assert (accepted["source"], accepted["doc_id"]) == ("notes", "counts")
         # the docs partition is the one the document's key hashes to (ragindex.topics)
-        from ragindex.app.serve.data_plane import docs_partitions
         from ragindex.config import RagIndexSpec
         from ragindex.records import doc_key
         from ragindex.topics import partition_for_key
 
         key = doc_key("alpha", "notes", "counts")
-        assert accepted["partition"] == partition_for_key(key, docs_partitions(RagIndexSpec()))
+        assert accepted["partition"] == partition_for_key(key, RagIndexSpec().log.docs_partitions)
         assert first.json()["applied"] is True
         hits = search(client, "counting chunks", k=100, mode="lexical")["hits"]
         assert [h["chunk_id"] for h in hits].count("notes:counts:0") == 1

@@ -6,7 +6,12 @@ import pytest
 
 from ragindex.config import DenseSpec, HnswSpec
 from ragindex.errors import InvalidInput
-from ragindex.shards.bench import recall_at_k, run_access_bench, run_filtered_bench, tenant_sizes
+from ragindex.evals.bench_filtered import (
+    recall_at_k,
+    run_access_bench,
+    run_filtered_bench,
+    tenant_sizes,
+)
 
 
 def test_small_run_has_the_documented_shape_and_high_recall():

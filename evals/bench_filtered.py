@@ -1,9 +1,10 @@
 """`ragindex bench filtered`: recall@10 and latency of tenant-filtered dense search by tenant size.
 
 Why: a filter inside one shared HNSW graph fails small tenants (FIELD-NOTES: recall@10 0.13
-for a 1 % tenant), which is why shards partition by tenant. This measures the real
-ShardedDenseIndex (WAL, routing, per-tenant partitions, merge) against brute-force numpy
-search over the tenant's own vectors, for tenants holding given shares of the collection.
+for a 1 % tenant), which is why shards partition by tenant. This measures the served dense
+view (evals.served_vectors: chunk records in a log, one shard replica per partition with its
+per-tenant partitions, fan-out and merge) against brute-force numpy search over the tenant's
+own vectors, for tenants holding given shares of the collection.
 
 The vectors are synthetic but clustered like text embeddings: topics, subtopics inside
 them, and per-vector noise; each tenant writes about a few topics, and queries are drawn
@@ -22,16 +23,16 @@ import numpy as np
 
 from ragindex.config import DenseSpec
 from ragindex.errors import InvalidInput
+from ragindex.evals.served_vectors import ServedVectors, vector_chunk
 from ragindex.filters import (
     Filter,
     TermExpr,
-    TermPostings,
     compile_access,
     dense_plan,
     parse_filter,
 )
 from ragindex.measure import WARMUP_QUERIES, percentiles, split_warmup
-from ragindex.shards.sharded import ShardedDenseIndex
+from ragindex.shards.replica_set import ReplicaDenseIndex
 from ragindex.types import Chunk, ModelIdentity
 
 DEFAULT_SHARES = (0.001, 0.01, 0.1, 0.5)
@@ -113,9 +114,7 @@ def run_filtered_bench(
     tenants |= {f"filler-{i}": n for i, n in enumerate(_split(filler, max(1, vectors // 10)))}
     results: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="ragindex-bench-") as tmp:
-        index = ShardedDenseIndex.open(
-            Path(tmp), identity, dense.shards, dense.hnsw, dense.exact_threshold
-        )
+        served = ServedVectors(Path(tmp), identity, dense)
         try:
             mixtures, stored = {}, {}
             for tenant, n in tenants.items():
@@ -124,16 +123,16 @@ def run_filtered_bench(
                 for start in range(0, n, _BATCH):
                     batch = model.sample(min(_BATCH, n - start), *mixtures[tenant])
                     batch_ids = [f"{tenant}:doc{start + i}:0" for i in range(len(batch))]
-                    index.upsert(tenant, batch_ids, batch)
+                    served.write([vector_chunk(tenant, cid) for cid in batch_ids], batch)
                     ids += batch_ids
                     batches.append(batch)
                 if tenant.startswith("share-"):
                     stored[tenant] = (ids, np.concatenate(batches))
+            index = served.replicas()
             for key in sizes:
                 tenant = _tenant(key)
                 results[key] = _measure(
                     index,
-                    identity,
                     tenant,
                     stored[tenant],
                     model.sample(warmup + queries, *mixtures[tenant]),
@@ -141,7 +140,7 @@ def run_filtered_bench(
                     warmup,
                 )
         finally:
-            index.close(snapshot=False)
+            served.close()
     return results
 
 
@@ -154,8 +153,7 @@ def _split(total: int, part: int) -> list[int]:
 
 
 def _measure(
-    index: ShardedDenseIndex,
-    identity: ModelIdentity,
+    index: ReplicaDenseIndex,
     tenant: str,
     truth: tuple[list[str], np.ndarray],
     qs: np.ndarray,
@@ -167,11 +165,11 @@ def _measure(
     ids, stored = truth
     warm, timed = split_warmup(qs, warmup)
     for q in warm:
-        index.search(q, top_k, tenant, identity)
+        index.search(q, top_k, tenant, index.identity)
     recalls, latencies = [], []
     for q in timed:
         t0 = time.perf_counter()
-        hits = index.search(q, top_k, tenant, identity)
+        hits = index.search(q, top_k, tenant, index.identity)
         latencies.append((time.perf_counter() - t0) * 1000)
         scores = stored @ q
         k = min(top_k, len(ids))
@@ -205,9 +203,10 @@ def run_access_bench(
 
     Every chunk carries an ACL (`kind="acl"`: `group:all` and `group:p<share>` for each share
     its rank falls under) or a metadata value `u` (`kind="metadata"`: filter `u < share`), so
-    each share allows exactly round(share * vectors) chunks. The search is the real one: the
-    filter compiled to terms, the allowed ids selected from the same postings the shard
-    replicas keep, and each partition choosing exact or HNSW-with-selector (dense_plan).
+    each share allows exactly round(share * vectors) chunks. The search is the served one: the
+    filter compiled to terms, the allowed ids selected from the postings the shard replicas
+    keep of the chunks they applied, and each partition choosing exact or HNSW-with-selector
+    (dense_plan).
     Each filter gets `warmup` untimed queries (the first one's latency, with the selection not
     yet cached, is `first_ms`), then `queries` timed ones. Returns {"unfiltered": row, share:
     row}; rows hold recall@10, p50_ms, p99_ms, first_ms, allowed and the plan chosen."""
@@ -228,33 +227,27 @@ def run_access_bench(
     )
     rank = rng.permutation(vectors)  # chunk i is allowed by share s iff rank[i] < s * vectors
     ids = [f"src:doc{i}:0" for i in range(vectors)]
-    postings = TermPostings()
-    for i, chunk_id in enumerate(ids):
-        postings.add(_bench_chunk(chunk_id, int(rank[i]), vectors, shares, kind))
+    chunks = [_bench_chunk(cid, int(rank[i]), vectors, shares, kind) for i, cid in enumerate(ids)]
     results: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="ragindex-bench-") as tmp:
-        index = ShardedDenseIndex.open(
-            Path(tmp), identity, dense.shards, dense.hnsw, dense.exact_threshold
-        )
-        index.resolve_access = lambda _tenant, expr: postings.select(expr)
+        served = ServedVectors(Path(tmp), identity, dense)
         try:
             stored = []
             for start in range(0, vectors, _BATCH):
                 batch = model.sample(min(_BATCH, vectors - start), *mixture)
-                index.upsert(ACCESS_TENANT, ids[start : start + len(batch)], batch)
+                served.write(chunks[start : start + len(batch)], batch)
                 stored.append(batch)
             matrix = np.concatenate(stored)
             qs = model.sample(warmup + queries, *mixture)
+            index = served.replicas()
             results["unfiltered"] = _measure_access(
-                index, identity, None, np.arange(vectors), ids, matrix, qs, top_k, warmup
+                index, None, np.arange(vectors), ids, matrix, qs, top_k, warmup
             )
             results["unfiltered"]["plan"] = "+".join(sorted(set(index.kinds(ACCESS_TENANT))))
             for share in shares:
                 allowed = np.flatnonzero(rank < round(share * vectors))
                 expr = compile_access(*_bench_access(share, kind))
-                row = _measure_access(
-                    index, identity, expr, allowed, ids, matrix, qs, top_k, warmup
-                )
+                row = _measure_access(index, expr, allowed, ids, matrix, qs, top_k, warmup)
                 per_shard = max(1, len(allowed) // dense.shards)
                 plan = dense_plan(
                     per_shard, vectors // dense.shards, top_k, dense.hnsw.ef_search,
@@ -263,7 +256,7 @@ def run_access_bench(
                 row["plan"] = "exact" if plan.exact else f"hnsw ef={plan.ef_search}"
                 results[repr(float(share))] = row
         finally:
-            index.close(snapshot=False)
+            served.close()
     return results
 
 
@@ -282,8 +275,7 @@ def _bench_chunk(
         acl = ("group:all", *(_share_group(s) for s in shares if rank < round(s * vectors)))
     else:
         metadata = {"u": rank / vectors}
-    return Chunk(ACCESS_TENANT, chunk_id, "src", chunk_id.split(":")[1], 0, "", "", "",
-                 metadata=metadata, acl=acl)  # fmt: skip
+    return vector_chunk(ACCESS_TENANT, chunk_id, metadata, acl)
 
 
 def _bench_access(share: float, kind: AccessKind) -> tuple[Filter | None, set[str] | None]:
@@ -293,8 +285,7 @@ def _bench_access(share: float, kind: AccessKind) -> tuple[Filter | None, set[st
 
 
 def _measure_access(
-    index: ShardedDenseIndex,
-    identity: ModelIdentity,
+    index: ReplicaDenseIndex,
     expr: TermExpr | None,
     allowed: np.ndarray,
     ids: list[str],
@@ -305,15 +296,15 @@ def _measure_access(
 ) -> dict[str, Any]:
     warm, timed = split_warmup(qs, warmup)
     start = time.perf_counter()
-    index.search(warm[0], top_k, ACCESS_TENANT, identity, expr)
+    index.search(warm[0], top_k, ACCESS_TENANT, index.identity, expr)
     first_ms = (time.perf_counter() - start) * 1000  # this filter's first query: not cached
     for q in warm[1:]:
-        index.search(q, top_k, ACCESS_TENANT, identity, expr)
+        index.search(q, top_k, ACCESS_TENANT, index.identity, expr)
     recalls, latencies = [], []
     candidates = matrix[allowed]
     for q in timed:
         t0 = time.perf_counter()
-        hits = index.search(q, top_k, ACCESS_TENANT, identity, expr)
+        hits = index.search(q, top_k, ACCESS_TENANT, index.identity, expr)
         latencies.append((time.perf_counter() - t0) * 1000)
         k = min(top_k, len(allowed))
         top = np.argpartition(-(candidates @ q), k - 1)[:k]
