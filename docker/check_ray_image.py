@@ -17,8 +17,12 @@ HEAVY = ("torch", "transformers", "sentence_transformers")
 
 with tempfile.TemporaryDirectory() as tmp:
     docs = Path(tmp) / "docs.jsonl"
-    doc = {"source": "check", "doc_id": "lighthouse", "title": "Lighthouses",
-           "text": "A lighthouse is a tower with a bright lamp that guides ships at night."}
+    doc = {
+        "source": "check",
+        "doc_id": "lighthouse",
+        "title": "Lighthouses",
+        "text": "A lighthouse is a tower with a bright lamp that guides ships at night.",
+    }
     docs.write_text(json.dumps(doc) + "\n")
     data = str(Path(tmp) / "data")
     assert main(["ingest", str(docs), "--tenant", "check", "--data-dir", data]) == 0
