@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import copy
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from ragindex.config import RagIndexSpec
 from ragindex.errors import InvalidInput
 from ragindex.evals.gate import Tolerances, compare, gate_table
 
@@ -133,3 +136,11 @@ def test_malformed_baseline_is_refused_and_unchanged(bad: Any) -> None:
 def test_table_shows_deltas() -> None:
     table = gate_table(BASE, changed(("latency_ratios", "dense_over_floor_p50"), 1.8))
     assert "+50.0%" in table and "hybrid ndcg@10" in table
+
+
+def test_the_committed_baseline_was_measured_on_todays_default_spec() -> None:
+    # `ragindex gate` measures the default spec and refuses a baseline of another one. A new
+    # spec field (autoscaling delays) once failed CI at its last step, after 35 minutes:
+    # a baseline without the field is caught here in a second.
+    baseline = json.loads((Path(__file__).parents[2] / "evals" / "baseline.json").read_text())
+    assert baseline["settings"]["spec"] == RagIndexSpec().model_dump(mode="json", by_alias=True)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
-import subprocess
 import tomllib
 from pathlib import Path
 
 import pytest
+
+from .conftest import kuberay_version
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -26,12 +27,7 @@ def test_every_package_folder_is_copied(dockerfile: str) -> None:
 def test_kuberay_manifest_runs_the_pinned_release() -> None:
     # The pods e2e once ran an image tag that no script built any more (v1.7.0 after the pin
     # moved to v1.6.2): the node could only fail with ErrImageNeverPull, 20 minutes in.
-    pinned = subprocess.run(
-        ["bash", str(REPO / "scripts" / "build_k8s.sh"), "--print-kuberay-version"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
+    pinned = kuberay_version()
     manifest = (REPO / "tests" / "kubernetes" / "manifests" / "kuberay.yaml").read_text()
     assert re.findall(r"image: ragindex/kuberay:(\S+)", manifest) == [pinned]
 

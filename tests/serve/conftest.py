@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -87,6 +88,12 @@ CLUSTER_SPEC = {
         }
     },
 }
+
+
+@pytest.fixture(scope="module")
+def cluster_spec() -> dict[str, Any]:
+    """The spec the `cluster` fixture deploys."""
+    return CLUSTER_SPEC
 
 
 @pytest.fixture(scope="module")

@@ -27,19 +27,7 @@ if TYPE_CHECKING:  # fixtures come from conftest.py; pytest's importlib mode can
     from conftest import ServedApp
 
 pytestmark = [pytest.mark.serve, pytest.mark.slow]
-CLUSTER_APP = "ragindex-cluster"  # the `cluster` fixture's app and spec (tests/serve/conftest.py)
-CLUSTER_SPEC = {
-    "dense": {"shards": 2},
-    "scaling": {
-        "query": {
-            "minReplicas": 1,
-            "maxReplicas": 2,
-            "targetOngoingRequests": 2,
-            "upscaleDelayS": 2,
-            "downscaleDelayS": 5,
-        }
-    },
-}
+CLUSTER_APP = "ragindex-cluster"  # the `cluster` fixture's app (tests/serve/conftest.py)
 
 TEXTS = {
     "lighthouse": (
@@ -92,10 +80,12 @@ def counts(client: httpx.Client) -> tuple[int, int, int]:
     return stats["chunks"], stats["dense_vectors"], stats["lexical_docs"]
 
 
-def test_every_rendered_deployment_runs_as_its_own_deployment(cluster: ServedApp) -> None:
+def test_every_rendered_deployment_runs_as_its_own_deployment(
+    cluster: ServedApp, cluster_spec: dict[str, Any]
+) -> None:
     from ray import serve
 
-    layout = deployment_layout(RagIndexSpec.model_validate(CLUSTER_SPEC), "cluster")
+    layout = deployment_layout(RagIndexSpec.model_validate(cluster_spec), "cluster")
     deployments = serve.status().applications[CLUSTER_APP].deployments
     assert set(deployments) == {d["name"] for d in layout}
     assert {"Shard0", "Shard1", "QueryEmbedder", "IngestEmbedder", "Lexical"} <= set(deployments)
