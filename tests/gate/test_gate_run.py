@@ -2,8 +2,8 @@
 it is named for (a worse passage text behind a warm cache, a slower dense search or chunk
 fetch, HNSW at a tiny efSearch, a disabled leg).
 
-Slowdowns are injected (mocks inject faults only): a 3 ms sleep in front of a stage that
-takes well under a millisecond on the slice multiplies its ratio to its floor, far beyond the
+Slowdowns are injected (mocks inject faults only): a 10 ms sleep in front of a stage that
+takes about a millisecond on the slice multiplies its ratio to its floor, far beyond the
 gate's +100 %, so these checks do not depend on the box being quiet.
 """
 
@@ -45,7 +45,7 @@ def test_baseline_has_every_leg_and_stage(slice_baseline: dict[str, Any]) -> Non
 
 def _slowed(target: Callable[..., Any]) -> Callable[..., Any]:
     def slow(*args: Any, **kwargs: Any) -> Any:
-        time.sleep(0.003)
+        time.sleep(0.010)
         return target(*args, **kwargs)
 
     return slow
@@ -58,7 +58,7 @@ def _slowed(target: Callable[..., Any]) -> Callable[..., Any]:
         (LogShardReplica, "get_chunks", "fetch_over_floor_p50"),
     ],
 )
-def test_a_3_ms_slower_stage_fails_on_its_own_ratio(
+def test_a_10_ms_slower_stage_fails_on_its_own_ratio(
     slice_collection: Collection,
     slice_dir: Path,
     slice_baseline: dict[str, Any],
