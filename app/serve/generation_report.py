@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Protocol
 
 from ragindex.app.serve.ingest import applied_target
@@ -108,7 +109,7 @@ def gather_evidence(
 ) -> PromotionEvidence:
     """The promotion evidence of the generation `side` reads, for the corpus as of `consumed`.
 
-    `settled` (the cluster: workers keep consuming) returns the consumed offsets after the
+    `settled` (the cluster: writers and workers go on) returns `docs` offsets taken after the
     views were read; documents written in between are left out on both sides.
     """
     corpus = live_documents(log_, topics, dict(consumed))
@@ -142,6 +143,20 @@ def gather_evidence(
     )
 
 
+@dataclass(frozen=True)
+class ReportCut:
+    """Where a generation's build report stands between two reports (its Router keeps it).
+
+    Under steady writes each stage is held until it is reached, never moved at every report:
+    a goal moved to "now" each time would need the workers, then the views, to trail the
+    writes by less than the interval between reports, which a loaded node does not give.
+    """
+
+    docs_goal: dict[int, int] | None = None  # `docs` offsets the backfill must consume first
+    cut: dict[int, int] | None = None  # the consumed offsets once it did: the checked corpus
+    chunk_goal: list[int] | None = None  # per shard, the chunk offset that holds the cut
+
+
 def generation_report(
     log_: Log,
     topics: DataPlaneTopics,
@@ -149,38 +164,46 @@ def generation_report(
     side: ReportSide,
     sample_size: int,
     views_reached: Callable[[list[int]], bool],
-    goal: Mapping[int, int] | None = None,
+    held: ReportCut | None = None,
     views_wait_s: float = VIEWS_WAIT_S,
-) -> tuple[BuildReport, dict[int, int]]:
-    """The report the generation's Router serves, and the `docs` offsets to hold the backfill
-    to next time (the caller passes them back as `goal`).
+) -> tuple[BuildReport, ReportCut]:
+    """The report the generation's Router serves, and the state to pass back as `held` next
+    time.
 
-    "Caught up" is `backfill_goal`'s: consumed everything that was in `docs` when the goal was
-    set. Then the views must apply the chunks produced up to that cut (`views_reached(chunk
-    offsets)`, polled for up to `views_wait_s`), and the checks run on the cut. Until both hold
-    the report has no checks (the operator shows Backfilling n%, or Verifying)."""
-    consumed = consumed_offsets(log_, topics)
-    ends = end_offsets(log_, topics)
-    progress = BuildReport(
-        generation, sum(min(c, ends[p]) for p, c in consumed.items()), sum(ends.values())
-    )
-    reached, next_goal = backfill_goal(goal, consumed, ends)
-    if not reached:
-        return progress, next_goal
-    # Read after `consumed`: every chunk produced for the cut is below these offsets.
-    chunk_goal = [applied_target(log_, topics.chunks, s) for s in range(topics.shards)]
+    First the backfill must reach its goal (`backfill_goal`: everything that was in `docs`
+    when the goal was set); the offsets it consumed by then are the cut. Then the views must
+    apply the chunks produced up to the cut (`views_reached(chunk offsets)`, polled for up to
+    `views_wait_s`, and again at the next reports: the cut is held), and the checks run on the
+    cut. Until both hold the report has no checks: while backfilling it counts the records
+    consumed of `docs` (the operator shows Backfilling n%); once the cut is taken it counts
+    the cut as consumed (Verifying)."""
+    held = held or ReportCut()
+    if held.cut is None or held.chunk_goal is None:
+        consumed = consumed_offsets(log_, topics)
+        ends = end_offsets(log_, topics)
+        reached, goal = backfill_goal(held.docs_goal, consumed, ends)
+        if not reached:
+            done = sum(min(c, ends[p]) for p, c in consumed.items())
+            return BuildReport(generation, done, sum(ends.values())), ReportCut(docs_goal=goal)
+        # Read after `consumed`: every chunk produced for the cut is below these offsets.
+        chunk_goal = [applied_target(log_, topics.chunks, s) for s in range(topics.shards)]
+        held = ReportCut(cut=consumed, chunk_goal=chunk_goal)
+    assert held.cut is not None and held.chunk_goal is not None
     deadline = time.monotonic() + views_wait_s
-    while not views_reached(chunk_goal):
+    while not views_reached(held.chunk_goal):
         if time.monotonic() > deadline:
-            return progress, next_goal
+            size = sum(held.cut.values())
+            return BuildReport(generation, size, size), held
         time.sleep(VIEWS_POLL_S)
     evidence = gather_evidence(
         log_,
         topics,
         side,
         sample_size,
-        consumed,
-        consumed,  # caught up as of the cut; what was written since is left out
-        settled=lambda: consumed_offsets(log_, topics),
+        held.cut,
+        held.cut,  # caught up as of the cut; what was written since is left out
+        # Anything in the views was written before they were read: a document whose chunks
+        # are applied but whose `docs` offset is not committed yet is left out too.
+        settled=lambda: end_offsets(log_, topics),
     )
-    return build_report(generation, evidence), next_goal
+    return build_report(generation, evidence), ReportCut()

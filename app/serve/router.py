@@ -17,7 +17,7 @@ from ray.serve.handle import DeploymentHandle
 
 from ragindex.app.engine import auth_dir
 from ragindex.app.serve.data_plane import open_log, replica_dir, replica_rank
-from ragindex.app.serve.generation_report import generation_report
+from ragindex.app.serve.generation_report import ReportCut, generation_report
 from ragindex.app.serve.pools import RemoteEmbedder
 from ragindex.app.serve.query_side import ClusterQuerySide, LocalQuerySide, QuerySide
 from ragindex.app.serve.threads import ReplicaThread, refresh_forever, release_free_heap
@@ -61,7 +61,7 @@ class Router:
         self.ingest = ingest
         self.topics = plane_topics(self.spec, name, namespace)
         self.report_log: Log | None = None
-        self.report_goal: dict[int, int] | None = None  # docs ends seen by the last report
+        self.report_cut = ReportCut()  # where the build report stands, held between reports
         self.views = ReplicaThread("router-views")
         self.searches = ReplicaThread("router-search", SEARCH_THREADS)
         self.answers = ReplicaThread("router-answer", ANSWER_THREADS)
@@ -168,14 +168,14 @@ class Router:
         if not self.side.try_open():
             raise BackendUnavailable("the views are not open yet: no generation report")
 
-        report, self.report_goal = generation_report(
+        report, self.report_cut = generation_report(
             self.report_log,
             self.topics,
             index_generation(self.spec),
             self.side,
             self.spec.generations.self_check_sample,
             self.side.applied,  # every view caught up (cluster: every running replica)
-            self.report_goal,
+            self.report_cut,
         )
         return report.to_json()
 

@@ -26,7 +26,7 @@ import pytest
 from elasticsearch import Elasticsearch
 
 from ragindex.app.serve.data_plane import ensure_topics
-from ragindex.app.serve.generation_report import generation_report
+from ragindex.app.serve.generation_report import ReportCut, generation_report
 from ragindex.app.serve.query_side import LocalQuerySide, SerializedEmbedder
 from ragindex.config import RagIndexSpec
 from ragindex.evals.collections import Collection
@@ -208,11 +208,11 @@ def change_generation_live(
         # The new generation's build report, as its Router would serve it, until it may be
         # promoted; progress is seen on the way.
         deadline = time.monotonic() + REPORT_TIMEOUT_S
-        goal = None  # docs end offsets as the previous report saw them (the Router keeps them)
+        held = ReportCut()  # where the report stands, as the Router keeps it between reports
         while time.monotonic() < deadline:
             with lock:
-                report, goal = generation_report(
-                    main_log, new_topics, out.new, new_side, 5, new_side.applied, goal
+                report, held = generation_report(
+                    main_log, new_topics, out.new, new_side, 5, new_side.applied, held
                 )
             out.reports.append(report)
             if report.checks is not None:

@@ -21,6 +21,7 @@ from ragindex.app.generations import read_record, serving_spec
 from ragindex.app.reindex import Reindex, retire_expired
 from ragindex.app.serve.data_plane import DEFAULT_NAMESPACE, replica_dir
 from ragindex.app.serve.generation_report import (
+    ReportCut,
     consumed_offsets,
     gather_evidence,
     generation_report,
@@ -300,6 +301,51 @@ def test_the_build_report_shows_progress_then_checks_on_a_consistent_cut(
         assert cut.documents == cut.indexed == {TENANT: SLICE}
         naive = gather_evidence(reindex.log, reindex.topics, side, 5, before, before)
         assert naive.indexed == {TENANT: SLICE + 1}  # what the cut protects against
+    finally:
+        side.close()
+        reindex.close()
+
+
+def test_views_that_trail_the_cut_past_a_report_are_checked_on_that_cut_later(
+    data_dir: Path, shared: Embedder
+) -> None:
+    """Found on real pods: under steady writes a new generation stayed "Backfilling 99%" for
+    10 minutes, because each report whose views did not apply the cut within its short wait
+    moved the goal to the new end of `docs`. The cut is held across reports instead."""
+    reindex = Reindex(data_dir, RESHARDED, embedder=shared, serving_embedder=shared)
+    side = open_side(data_dir, RESHARDED, shared, "test-held-cut")
+    new = index_generation(RESHARDED)
+    lagging = True  # fault injection: the views say they have not applied the cut yet
+
+    def views_reached(goal: list[int]) -> bool:
+        return not lagging and side.applied(goal)
+
+    def report(held: ReportCut) -> tuple[BuildReport, ReportCut]:
+        return generation_report(
+            reindex.log, reindex.topics, new, side, 5, views_reached, held, views_wait_s=0
+        )
+
+    try:
+        reindex.catch_up()
+        verifying, held = report(ReportCut())
+        assert verifying.checks is None and (verifying.consumed, verifying.end) == (SLICE, SLICE)
+        assert held.cut == consumed_offsets(reindex.log, reindex.topics)
+        for n in range(3):  # writes go on, the workers consume them, the views still trail
+            d = live_doc(200 + n)
+            key = doc_key(TENANT, d.source, d.doc_id)
+            reindex.log.append(
+                reindex.topics.docs, [(partition_for_key(key, 3), key, encode_document(d))]
+            )
+            reindex.catch_up()
+            side.refresh()
+            again, held_again = report(held)
+            assert held_again == held  # the cut stays where it was taken
+            assert again.checks is None and again.consumed == again.end == SLICE
+        lagging = False
+        checked, after = report(held)
+        assert checked.checks == {"caught-up": "", "chunk-counts": "", "self-check": ""}
+        assert (checked.consumed, checked.end) == (SLICE, SLICE)  # the newer writes left out
+        assert after == ReportCut()  # the next report takes a new goal
     finally:
         side.close()
         reindex.close()
