@@ -234,7 +234,7 @@ class RocchioSpec(_Spec):
 
 
 class FeedbackSpec(_Spec):
-    """Pseudo-relevance feedback per leg; both are off by default (see README, Measured)."""
+    """Pseudo-relevance feedback per leg; both are off by default (see the benchmark figures)."""
 
     rm3: Rm3Spec = Field(default_factory=Rm3Spec, description="RM3 for the BM25 leg.")
     rocchio: RocchioSpec = Field(

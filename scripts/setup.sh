@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Create .venv with every pinned dependency (requirements.lock) and ragindex installed editable.
+# Create .venv with every pinned dependency (requirements.lock, and requirements-docs.lock for the
+# docs site) and ragindex installed editable. requirements-docs.lock is
+#   uv pip compile requirements-docs.in -c requirements.lock --python 3.11 -o requirements-docs.lock
 # Wheels are cached under ${RAGINDEX_CACHE:-~/.cache/ragindex}/uv, so a second run takes seconds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,5 +13,7 @@ if ! command -v uv >/dev/null 2>&1 || [ "$(uv --version | cut -d' ' -f2)" != "$U
 fi
 [ -x .venv/bin/python ] || uv venv --quiet --python 3.11 .venv
 uv pip install --quiet --python .venv/bin/python -r requirements.lock
+# The docs site's tools (mkdocs, Material), locked apart against requirements.lock (below).
+uv pip install --quiet --python .venv/bin/python -r requirements-docs.lock
 uv pip install --quiet --python .venv/bin/python --no-deps -e .
 echo "setup: .venv ready ($(.venv/bin/python --version))"

@@ -1,0 +1,10 @@
+#!/usr/bin/env python3
+"""Regenerate the docs site's reference pages (configuration, Helm values, HTTP API) from the
+code; `--check` writes nothing and exits 1 when a committed page is out of date."""
+
+import sys
+
+from ragindex.app.docs_site import main
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
