@@ -11,7 +11,7 @@ import pytest
 
 from ragindex.errors import BackendUnavailable, InvalidInput
 from ragindex.lexical.elasticsearch_index import BulkWriteError, ElasticsearchIndex
-from ragindex.lexical.es_server import EsServer
+from ragindex.measure.servers.elasticsearch import EsServer
 from ragindex.netutil import free_port
 from ragindex.types import Chunk, ScoredId
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ragindex.lexical.elasticsearch_index import ElasticsearchIndex
-from ragindex.lexical.es_server import EsServer
+from ragindex.measure.servers.elasticsearch import EsServer
 
 from .filter_contract import FilteredLexicalContract, random_corpus
 from .layouts import LAYOUTS, EmbeddedBm25

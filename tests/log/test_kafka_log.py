@@ -12,7 +12,7 @@ import pytest
 
 from ragindex.errors import BackendUnavailable
 from ragindex.log import KafkaLog
-from ragindex.log.kafka_server import SASL_USERNAME, KafkaServer
+from ragindex.measure.servers.kafka import SASL_USERNAME, KafkaServer
 from ragindex.protocols import Log, WriterFenced
 
 from .contract import LogContract, read_all
