@@ -14,8 +14,7 @@ from ragindex.errors import BackendUnavailable
 from ragindex.log import KafkaLog
 from ragindex.measure.servers.kafka import SASL_USERNAME, KafkaServer
 from ragindex.protocols import Log, WriterFenced
-
-from .contract import LogContract, read_all
+from ragindex.testing.log import LogContract, read_all
 
 pytestmark = [pytest.mark.kafka]
 

@@ -1,7 +1,8 @@
-"""One contract for the `Log` protocol, inherited by every implementation's test module.
+"""The contract of the `Log` protocol, inherited by every implementation's test class.
 
 A subclass provides the fixtures marked abstract below (`log`, `reopen`, `failing_commit`,
-`force_compaction`); every test here then runs against that implementation unchanged.
+`force_compaction`); every test here then runs against that implementation unchanged
+(`FileLog`: tests/log/test_file_log.py, `KafkaLog`: tests/log/test_kafka_log.py).
 """
 
 from __future__ import annotations
@@ -220,7 +221,8 @@ class LogContract:
 
     def test_a_tailing_reader_sees_every_record_once_in_order(self, log: Log, topic: str) -> None:
         log.ensure_topic(topic, 1, compacted=False)
-        total, seen = 200, []
+        total = 200
+        seen: list[bytes | None] = []
 
         def tail() -> None:
             offset, deadline = 0, time.monotonic() + 60
