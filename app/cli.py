@@ -1,4 +1,6 @@
-"""The `ragindex` command line: ingest, search, eval, bench, serve, tokens, render.
+"""The `ragindex` command line: ingest, search, reindex, serve, tokens, demo, render.
+
+The measurement part adds eval, gate, bench, ... through the `ragindex.commands` entry points.
 
 Each subcommand is a thin wrapper: argument parsing here, the work in the packages below.
 Heavy imports (torch, FAISS, Ray) happen inside the command that needs them, so `ragindex
@@ -12,6 +14,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Sequence
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -163,10 +166,20 @@ def cmd_render(args: argparse.Namespace) -> int:
     return 0
 
 
-CHECK_HELP = "exit 1 when a goal of this benchmark is missed (CI uses it)"
+COMMANDS_GROUP = "ragindex.commands"
+"""Entry points of this group add subcommands: `add_commands(subparsers)` (the measurement part
+registers eval, gate, bench, ... there, so this module never imports it)."""
 
 
-def _lazy(module: str, function: str) -> Callable[[argparse.Namespace], int]:
+def common(p: argparse.ArgumentParser, tenant: bool = True) -> None:
+    """The options every command on a local index takes."""
+    p.add_argument("--data-dir", type=Path, help="index data directory")
+    p.add_argument("--spec", type=Path, help="RagIndex spec YAML (defaults if omitted)")
+    if tenant:
+        p.add_argument("--tenant", default="default", help="tenant id (default: default)")
+
+
+def lazy(module: str, function: str) -> Callable[[argparse.Namespace], int]:
     """Resolve a command's implementation only when it runs (keeps start-up light)."""
 
     def run(args: argparse.Namespace) -> int:
@@ -183,12 +196,6 @@ def build_parser() -> argparse.ArgumentParser:
         prog="ragindex", description="Hybrid retrieval for RAG: ingest, search, serve, evaluate."
     )
     sub = parser.add_subparsers(dest="command", required=True)
-
-    def common(p: argparse.ArgumentParser, tenant: bool = True) -> None:
-        p.add_argument("--data-dir", type=Path, help="index data directory")
-        p.add_argument("--spec", type=Path, help="RagIndex spec YAML (defaults if omitted)")
-        if tenant:
-            p.add_argument("--tenant", default="default", help="tenant id (default: default)")
 
     p = sub.add_parser("ingest", help="ingest Markdown, text or JSONL files into a local index")
     common(p)
@@ -215,162 +222,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(run=cmd_search)
 
-    p = sub.add_parser("eval", help="retrieval (or answer) quality on a judged collection")
-    common(p, tenant=False)
-    p.add_argument("--collection", default="cranfield", help="'cranfield' or a BEIR folder")
-    p.add_argument("--json", type=Path, help="write the report as JSON")
-    p.add_argument("--per-query", type=Path, help="write per-query results as JSON")
-    p.add_argument("--answers", action="store_true", help="evaluate generated answers too")
-    p.add_argument(
-        "--split",
-        choices=["tune", "heldout", "all"],
-        default="all",
-        help="judged queries to score: the seeded tuning half, the held-out half, or all",
-    )
-    p.set_defaults(run=_lazy("ragindex.app.eval_cli", "eval_command"))
-
-    p = sub.add_parser("golden", help="golden-set helpers")
-    golden = p.add_subparsers(dest="golden_command", required=True)
-    g = golden.add_parser("add", help="append a judged query to a BEIR collection")
-    g.add_argument("--collection", type=Path, required=True)
-    g.add_argument("--query", required=True, help="the question text")
-    g.add_argument(
-        "--relevant", nargs="+", required=True, metavar="DOC_ID[=GRADE]", help="judged documents"
-    )
-    g.add_argument("--tenant", default=None)
-    g.set_defaults(run=_lazy("ragindex.app.eval_cli", "golden_add_command"))
-
-    p = sub.add_parser("convert", help="convert Cranfield to the BEIR layout")
-    p.add_argument("--out", type=Path, default=Path("data/beir/cranfield"))
-    p.set_defaults(run=_lazy("ragindex.app.eval_cli", "convert_command"))
-
-    p = sub.add_parser("bench", help="benchmarks (print a table, write JSON)")
-    bench = p.add_subparsers(dest="bench_command", required=True)
-    b = bench.add_parser("filtered", help="tenant-filtered dense recall and latency")
-    b.add_argument("--vectors", type=int, default=100_000)
-    b.add_argument("--json", type=Path)
-    b.add_argument("--check", action="store_true", help=CHECK_HELP)
-    scope = b.add_mutually_exclusive_group()
-    scope.add_argument(
-        "--acl",
-        action="store_true",
-        help="instead: ACLs allowing 0.1-100 %% of ONE tenant's vectors (recall vs exact)",
-    )
-    scope.add_argument(
-        "--metadata", action="store_true", help="the same with a metadata range filter"
-    )
-    b.add_argument("--queries", type=int, default=200)
-    b.add_argument(
-        "--exact-threshold",
-        type=int,
-        help="partitions up to this size are searched exactly (default: the spec's); lower it"
-        " to run the HNSW paths on a small --vectors (CI does)",
-    )
-    b.set_defaults(run=_lazy("ragindex.app.bench_cli", "bench_filtered_command"))
-    b = bench.add_parser(
-        "serve",
-        help="HTTP vs in-process search and its stages, Elasticsearch BM25 peer, freshness,"
-        " ingest, saturation with 1 and 2 Router replicas, runtime memory",
-    )
-    b.add_argument("--chunks", type=int, default=100_000)
-    b.add_argument("--json", type=Path)
-    b.add_argument("--data-dir", type=Path)
-    b.add_argument("--port", type=int, help="HTTP port of the app (default: a free one)")
-    b.add_argument(
-        "--skip",
-        action="append",
-        choices=["peer", "load"],
-        default=[],
-        help="leave out the Elasticsearch peer or the saturation ramp",
-    )
-    b.add_argument(
-        "--log",
-        choices=["file", "kafka"],
-        default="file",
-        help="the data plane: the file log, or a local Kafka broker started for the run",
-    )
-    b.add_argument(
-        "--shard-replicas",
-        type=int,
-        help="run the cluster layout (each shard its own deployment) with N replicas per shard",
-    )
-    b.add_argument("--check", action="store_true", help=CHECK_HELP)
-    b.set_defaults(run=_lazy("ragindex.app.serve_cli", "bench_serve_command"))
-    b = bench.add_parser(
-        "http", help="each Ray Serve option against the shipped ones, two servers side by side"
-    )
-    b.add_argument("--json", type=Path)
-    b.add_argument(
-        "--variant",
-        action="append",
-        default=[],
-        help="run only the variants whose name contains this (repeatable; default: all)",
-    )
-    b.set_defaults(run=_lazy("ragindex.app.serve_cli", "bench_http_command"))
-    b = bench.add_parser("backfill", help="generation backfill documents/s vs the raw embedder")
-    b.add_argument("--docs", type=int, default=500, help="Cranfield documents to replay")
-    b.add_argument("--spec", type=Path, help="RagIndex spec YAML (the embedder, chunking)")
-    b.add_argument(
-        "--ray-data-actors",
-        type=int,
-        default=0,
-        help="also run the backfill as a Ray Data job over this many embedder actors (0: not)",
-    )
-    b.add_argument("--json", type=Path)
-    b.add_argument("--check", action="store_true", help=CHECK_HELP)
-    b.set_defaults(run=_lazy("ragindex.app.bench_backfill", "bench_backfill_command"))
-    b = bench.add_parser("encoder", help="query-encode p50 and passages/s: torch vs ONNX fp32/int8")
-    b.add_argument("--queries", type=int, default=225, help="Cranfield queries to encode")
-    b.add_argument("--rounds", type=int, default=3, help="passes over the queries")
-    b.add_argument("--passages", type=int, default=256, help="Cranfield passages to embed")
-    b.add_argument("--json", type=Path)
-    b.add_argument("--check", action="store_true", help=CHECK_HELP)
-    b.set_defaults(run=_lazy("ragindex.app.bench_encoder", "bench_encoder_command"))
-    b = bench.add_parser("bm25", help="BM25 on Elasticsearch vs the embedded backend")
-    b.add_argument("--json", type=Path)
-    b.add_argument("--synthetic", type=int, default=0, help="extra synthetic documents")
-    b.add_argument("--check", action="store_true", help=CHECK_HELP)
-    b.set_defaults(run=_lazy("ragindex.app.bench_cli", "bench_bm25_command"))
-    b = bench.add_parser("tenancy", help="embedded BM25: one shared index vs one per tenant")
-    b.add_argument("--json", type=Path)
-    b.add_argument("--synthetic", type=int, default=0, help="extra synthetic documents")
-    b.add_argument("--tenants", type=int, nargs="+", default=[2, 50], help="tenant counts")
-    b.set_defaults(run=_lazy("ragindex.app.bench_cli", "bench_tenancy_command"))
-    b = bench.add_parser("suite", help="every benchmark in one run: JSON, PNG plots, peers")
-    b.add_argument("--json", type=Path, help="default docs/benchmarks.json")
-    b.add_argument("--plots", type=Path, help="PNG folder (default docs/img)")
-    b.add_argument("--vectors", type=int, default=100_000)
-    b.add_argument("--es-vectors", type=int, default=20_000, help="vectors for ES kNN")
-    b.add_argument("--serve-chunks", type=int, help="HTTP benchmark size (default --vectors)")
-    b.add_argument("--threads", type=int, default=1, help="FAISS and torch threads")
-    b.add_argument("--skip", action="append", choices=["es", "serve"], default=[])
-    b.add_argument(
-        "--only",
-        action="append",
-        choices=["dense_curve", "filtered", "query_path", "peers", "serve"],
-        help="rerun only this section (repeatable) into the existing --json, same options",
-    )
-    b.add_argument("--check", action="store_true", help=CHECK_HELP)
-    b.set_defaults(run=_lazy("ragindex.app.gate_cli", "bench_suite_command"))
-
-    p = sub.add_parser("gate", help="release gate: Cranfield + benchmark ratios vs a baseline")
-    common(p, tenant=False)
-    p.add_argument("--collection", default="cranfield")
-    p.add_argument("--baseline", type=Path, help="default evals/baseline.json")
-    p.add_argument("--update-baseline", action="store_true", help="rewrite the baseline")
-    p.add_argument("--legs", nargs="+", help="legs to replay (default: all)")
-    p.add_argument("--json", type=Path, help="write this run's measurement")
-    p.set_defaults(run=_lazy("ragindex.app.gate_cli", "gate_command"))
-
-    p = sub.add_parser("docs", help="regenerate docs/benchmarks.md from the last suite JSON")
-    p.add_argument("--suite", type=Path, help="default docs/benchmarks.json")
-    p.add_argument("--out", type=Path, help="default docs/benchmarks.md")
-    p.set_defaults(run=_lazy("ragindex.app.gate_cli", "docs_command"))
-
     p = sub.add_parser("serve", help="run the Serve app on this machine (local Ray)")
     common(p, tenant=False)
     p.add_argument("--port", type=int, default=8000)
-    p.set_defaults(run=_lazy("ragindex.app.serve_cli", "serve_command"))
+    p.set_defaults(run=lazy("ragindex.app.serve_cli", "serve_command"))
 
     p = sub.add_parser("token", help="API tokens")
     tokens = p.add_subparsers(dest="token_command", required=True)
@@ -384,14 +239,14 @@ def build_parser() -> argparse.ArgumentParser:
         " any, the token reads only documents that have no ACL",
     )
     t.add_argument("--data-dir", type=Path)
-    t.set_defaults(run=_lazy("ragindex.app.serve_cli", "token_create_command"))
+    t.set_defaults(run=lazy("ragindex.app.serve_cli", "token_create_command"))
 
     p = sub.add_parser("demo", help="the main job: serve, ingest Cranfield, show cited hits")
     p.add_argument("--data-dir", type=Path, help="default: a fresh temporary directory")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--corpus", type=Path, help="a folder of .md/.txt/.jsonl (default Cranfield)")
     p.add_argument("--query", action="append", help="queries to show (repeatable)")
-    p.set_defaults(run=_lazy("ragindex.app.demo", "demo_command"))
+    p.set_defaults(run=lazy("ragindex.app.demo", "demo_command"))
 
     p = sub.add_parser("render", help="print the Serve config YAML for a spec")
     p.add_argument("--spec", type=Path)
@@ -399,6 +254,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir", type=Path, default=Path("/data/ragindex"))
     p.add_argument("--runtime", choices=["local", "cluster"], default="local")
     p.set_defaults(run=cmd_render)
+    for entry in entry_points(group=COMMANDS_GROUP):
+        entry.load()(sub)
     return parser
 
 

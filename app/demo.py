@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 from tqdm import tqdm
 
-from ragindex.app.loading import cranfield_dir, documents_from_paths
+from ragindex.app.loading import cranfield_dir, cranfield_documents, documents_from_paths
 from ragindex.errors import RagIndexError
 from ragindex.types import Document
 
@@ -38,11 +38,7 @@ BATCH = 32
 def _documents(corpus: Path | None) -> list[Document]:
     if corpus is not None:
         return documents_from_paths([corpus], source=None)
-    from ragindex.evals.collections import load_cranfield
-
-    collection = load_cranfield(cranfield_dir())
-    # A few Cranfield records have no text: nothing to index (the API would refuse them).
-    return [d.to_document(collection.name) for d in collection.corpus.values() if d.text.strip()]
+    return cranfield_documents(cranfield_dir())
 
 
 def _wait_ready(base: str, server: subprocess.Popen[bytes]) -> None:

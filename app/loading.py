@@ -1,9 +1,12 @@
-"""Where the CLI finds its inputs: user folders of documents and the shared Cranfield data."""
+"""Where the CLI finds its inputs: user folders of documents and the shared Cranfield data
+(its SMART-format files are read here; the judged collection built on them is measurement's)."""
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 from ragindex.errors import InvalidInput
@@ -11,6 +14,8 @@ from ragindex.ingest.parsers import load_file
 from ragindex.types import Document
 
 SUFFIXES = (".md", ".markdown", ".txt", ".jsonl")
+SMART_ID_RE = re.compile(r"^\.I(\s|$)")
+SMART_FIELDS = (".T", ".A", ".B", ".W")
 
 
 def cranfield_dir() -> Path:
@@ -23,6 +28,60 @@ def cranfield_dir() -> Path:
             f"Cranfield not found at {path}: set RAGINDEX_SHARED_DIR, or pass a folder of your own"
         )
     return path
+
+
+def cranfield_documents(directory: Path, source: str = "cranfield") -> list[Document]:
+    """Cranfield's documents (cran.all.1400) that have text: what `ragindex demo` ingests."""
+    path = directory / "cran.all.1400"
+    documents = []
+    for rec in read_smart(path, path.read_text(encoding="utf-8").splitlines()):
+        text = "\n".join(rec.fields.get(".W", [])).strip()
+        if text:  # a few records have none: nothing to index (the API would refuse them)
+            title = collapse(rec.fields.get(".T", []))
+            documents.append(
+                Document(source=source, doc_id=str(int(rec.rid)), title=title, text=text)
+            )
+    return documents
+
+
+@dataclass(frozen=True)
+class SmartRecord:
+    lineno: int
+    rid: str
+    fields: dict[str, list[str]]
+
+
+def read_smart(
+    path: Path, lines: list[str], error: type[InvalidInput] = InvalidInput
+) -> list[SmartRecord]:
+    """Parse SMART records (`.I id`, then `.T/.A/.B/.W` fields).
+
+    `.W` is always the last field: every later line up to the next `.I` is text, and stray
+    marker lines inside it (records 240, 576 and 578 of cran.all.1400) are dropped.
+    """
+    records: list[SmartRecord] = []
+    current: str | None = None
+    for lineno, line in enumerate(lines, start=1):
+        if SMART_ID_RE.match(line):
+            rid = line[2:].strip()
+            if not rid.isdigit():
+                raise error(f"{path}:{lineno}: record id {rid!r} is not a number")
+            records.append(SmartRecord(lineno, rid, {}))
+            current = None
+        elif not records:
+            if line.strip():
+                raise error(f"{path}:{lineno}: text before the first .I record")
+        elif line.strip() in SMART_FIELDS:
+            if current != ".W":
+                current = line.strip()
+                records[-1].fields.setdefault(current, [])
+        elif current is not None:
+            records[-1].fields[current].append(line.rstrip())
+    return records
+
+
+def collapse(lines: list[str]) -> str:
+    return " ".join(" ".join(lines).split())
 
 
 def documents_from_paths(paths: Iterable[Path], source: str | None) -> list[Document]:

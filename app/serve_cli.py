@@ -1,4 +1,4 @@
-"""`ragindex serve`, `ragindex token create` and `ragindex bench serve`.
+"""`ragindex serve` and `ragindex token create`.
 
 `serve` starts a local Ray (2 CPUs; without Ray's dashboard, whose processes held a third of
 the runtime's memory and which nothing here needs: `RAGINDEX_DASHBOARD=1` starts it on
@@ -18,7 +18,6 @@ user and read every tenant's data. The token is generated once into the data dir
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import secrets
 import signal
@@ -272,42 +271,3 @@ def token_create_command(args: argparse.Namespace) -> int:
 def exit_on_sigterm() -> None:
     """SIGTERM unwinds like an exit, so a benchmark stops the servers it started."""
     signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
-
-
-def bench_serve_command(args: argparse.Namespace) -> int:
-    """`ragindex bench serve`: see ragindex.app.bench_serve."""
-    from ragindex.app.bench_serve import format_report, run_bench_serve
-
-    skip = set(getattr(args, "skip", None) or ())
-    exit_on_sigterm()
-    report = run_bench_serve(
-        chunks=args.chunks,
-        data_dir=Path(args.data_dir).resolve() if getattr(args, "data_dir", None) else None,
-        port=getattr(args, "port", None) or free_port(),
-        peer="peer" not in skip,
-        load="load" not in skip,
-        log=getattr(args, "log", "file"),
-        shard_replicas=getattr(args, "shard_replicas", None),
-    )
-    print(format_report(report))
-    if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
-        print(f"wrote {args.json}", file=sys.stderr)
-    return 1 if getattr(args, "check", False) and report["missed_goals"] else 0
-
-
-def bench_http_command(args: argparse.Namespace) -> int:
-    """`ragindex bench http`: see ragindex.app.bench_http."""
-    from ragindex.app.bench_http import VARIANTS, format_http_report, run_bench_http
-
-    wanted = getattr(args, "variant", None) or []
-    variants = {k: v for k, v in VARIANTS.items() if not wanted or any(w in k for w in wanted)}
-    if not variants:
-        raise InvalidInput(f"no bench http variant matches {wanted}: one of {sorted(VARIANTS)}")
-    exit_on_sigterm()
-    report = run_bench_http(variants)
-    print(format_http_report(report))
-    if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
-        print(f"wrote {args.json}", file=sys.stderr)
-    return 1 if any("error" in v for v in report["variants"].values()) else 0

@@ -27,7 +27,8 @@ COPY log/ log/
 COPY models/ models/
 COPY netutil/ netutil/
 COPY router/ router/
-COPY evals/ evals/
+COPY measure/ measure/
+COPY testing/ testing/
 COPY app/ app/
 COPY operator/ operator/
 # Checked from / : in /src the source folder `ragindex/` would shadow the installed package.

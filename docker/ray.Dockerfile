@@ -38,7 +38,8 @@ COPY --chown=ray:users log/ log/
 COPY --chown=ray:users models/ models/
 COPY --chown=ray:users netutil/ netutil/
 COPY --chown=ray:users router/ router/
-COPY --chown=ray:users evals/ evals/
+COPY --chown=ray:users measure/ measure/
+COPY --chown=ray:users testing/ testing/
 COPY --chown=ray:users app/ app/
 COPY --chown=ray:users operator/ operator/
 # The sources go once installed: Ray starts in the working directory, where a `ragindex/`

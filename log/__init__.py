@@ -1,7 +1,7 @@
 """ragindex.log: the `Log` implementations (the file log on one machine, Kafka in the cluster).
 
-Both pass one contract-test suite (tests/log/contract.py). `kafka_server` (a throwaway local
-broker for tests and benchmarks) is imported from its module, not from here.
+Both pass one contract suite (`ragindex.testing.log`); the throwaway local broker of the tests
+and benchmarks is `ragindex.measure.servers.kafka`.
 """
 
 from ragindex.log.file_log import FileLog, LogLocked

@@ -9,10 +9,10 @@
   `init_transactions` with that id, which bumps the producer epoch: the broker aborts the
   predecessor's open transaction and refuses its later writes (`WriterFenced`), so a zombie can
   never commit behind its successor's back.
-- Every transactional call runs under a hard deadline of its own (`_call`): librdkafka's
-  `send_offsets_to_transaction` can block past its timeout when the group coordinator it
-  cached went away, e.g. after a broker restart (librdkafka issues #5456 and #5511, open in
-  2.16). A call past its deadline fails the write as unavailable and its producer is
+- Every transactional call runs under a hard deadline of its own (`call_with_deadline`):
+  librdkafka's `send_offsets_to_transaction` can block past its timeout when the group
+  coordinator it cached went away, e.g. after a broker restart (librdkafka issues #5456 and
+  #5511, open in 2.16). A call past its deadline fails the write as unavailable and its producer is
   abandoned, never touched again; the next write starts a fresh producer with the same
   transactional id, whose `init_transactions` fences the abandoned one and aborts what it
   left open.
@@ -35,9 +35,8 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from confluent_kafka import (
     OFFSET_INVALID,
@@ -50,50 +49,23 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from ragindex.errors import BackendUnavailable, InvalidInput, OffsetOutOfRange
+from ragindex.log.kafka_calls import (
+    FENCED_ERRORS,
+    OUT_OF_RANGE_ERRORS,
+    READER_GROUP,
+    UNKNOWN_OFFSET_ATTEMPTS,
+    CallStuck,
+    OffsetsUnknown,
+    PartitionReader,
+    call_with_deadline,
+    error_of,
+    transactional_id,
+)
 from ragindex.log.validation import check_consumed, check_records, check_topic_name
 from ragindex.protocols import WriterFenced
 from ragindex.types import LogRecord
 
 log = logging.getLogger("ragindex.log")
-
-_READER_GROUP = "ragindex.readers"  # never commits: readers keep their own offsets
-_FENCED = {KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH, KafkaError._FENCED}
-_OUT_OF_RANGE = {KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE}
-_CALL_GRACE_S = 1.0  # beyond the client's own timeout, before a call counts as stuck
-_UNKNOWN_OFFSET_ATTEMPTS = 3  # transactions written before unknown offsets fail the write
-_T = TypeVar("_T")
-
-
-def transactional_id(group: str, consumed: Mapping[tuple[str, int], int]) -> str:
-    """The transactional id of `group`'s writes consuming these input partitions: a successor
-    on the same inputs shares it, and fences its predecessor by initialising it."""
-    return f"ragindex.{group}." + ",".join(f"{t}:{p}" for t, p in sorted(consumed))
-
-
-@dataclass
-class _Reader:
-    consumer: Consumer
-    lock: threading.Lock
-    next_offset: int = -1
-    at_end: bool = False
-    answered: bool = False  # a fetch at this position answered: its cached end offset counts
-
-
-class _Stuck(KafkaException):
-    """A client call did not return by its deadline; its producer must not be used again."""
-
-
-class _OffsetsUnknown(KafkaException):
-    """Every record was delivered, but not every delivery report carried its offset (librdkafka
-    sometimes reports none: seen in 2 of ~30 runs of the snapshot tests, on records of ~1 MB).
-    `append` must say where each record landed, so the transaction is aborted (nothing of it
-    becomes visible) and written again."""
-
-
-def _error_of(e: BaseException) -> KafkaError | None:
-    if isinstance(e, KafkaException) and e.args and isinstance(e.args[0], KafkaError):
-        return e.args[0]
-    return None
 
 
 class KafkaLog:
@@ -145,14 +117,14 @@ class KafkaLog:
         # ids (a worker's input partitions) run side by side.
         self._writing: dict[str, threading.Lock] = {}
         self._producers: dict[str, Producer] = {}
-        self._readers: dict[tuple[str, int], _Reader] = {}
+        self._readers: dict[tuple[str, int], PartitionReader] = {}
         self._groups: dict[str, Consumer] = {}
         self._partition_counts: dict[str, int] = {}
         self._append_id = f"ragindex.append.{uuid.uuid4().hex}"
         self._offsets = Consumer(
             {
                 **self._common,
-                "group.id": _READER_GROUP,
+                "group.id": READER_GROUP,
                 "enable.auto.commit": False,
                 "isolation.level": "read_committed",
             }
@@ -191,39 +163,11 @@ class KafkaLog:
             }
         )
         try:
-            self._call(producer.init_transactions, self.timeout_s)
+            call_with_deadline(producer.init_transactions, self.timeout_s)
         except KafkaException as e:
             raise self._unavailable("start a transactional producer", e) from e
         self._producers[transactional_id] = producer
         return producer
-
-    def _call(self, call: Callable[[float], _T], timeout_s: float) -> _T:
-        """`call(timeout_s)` in a thread of its own, returning or raising what it did, or
-        `_Stuck` once it runs past the timeout (plus grace): the caller stops waiting, and the
-        thread ends whenever the client returns (confluent-kafka releases the GIL while it
-        blocks, so the waiting thread is free)."""
-        outcome: list[tuple[bool, Any]] = []
-
-        def run() -> None:
-            try:
-                outcome.append((True, call(timeout_s)))
-            except BaseException as e:  # handed to the waiting thread as is
-                outcome.append((False, e))
-
-        thread = threading.Thread(target=run, name="ragindex-kafka-call", daemon=True)
-        thread.start()
-        thread.join(timeout_s + _CALL_GRACE_S)
-        if not outcome:
-            raise _Stuck(
-                KafkaError(
-                    KafkaError._TIMED_OUT,
-                    f"the Kafka client did not return within {timeout_s + _CALL_GRACE_S:.0f}s",
-                )
-            )
-        returned, value = outcome[0]
-        if not returned:
-            raise value
-        return value
 
     def _group(self, group: str) -> Consumer:
         with self._mutex:
@@ -236,17 +180,17 @@ class KafkaLog:
             self._groups[group] = consumer
         return consumer
 
-    def _reader(self, topic: str, partition: int) -> _Reader:
+    def _reader(self, topic: str, partition: int) -> PartitionReader:
         with self._mutex:
             return self._reader_locked(topic, partition)
 
-    def _reader_locked(self, topic: str, partition: int) -> _Reader:
+    def _reader_locked(self, topic: str, partition: int) -> PartitionReader:
         reader = self._readers.get((topic, partition))
         if reader is None:
             consumer = Consumer(
                 {
                     **self._common,
-                    "group.id": _READER_GROUP,
+                    "group.id": READER_GROUP,
                     "enable.auto.commit": False,
                     "enable.auto.offset.store": False,
                     "isolation.level": "read_committed",
@@ -255,7 +199,7 @@ class KafkaLog:
                     "fetch.wait.max.ms": 100,
                 }
             )
-            reader = _Reader(consumer, threading.Lock())
+            reader = PartitionReader(consumer, threading.Lock())
             self._readers[(topic, partition)] = reader
         return reader
 
@@ -310,7 +254,7 @@ class KafkaLog:
             try:
                 self._admin.create_topics([new], request_timeout=self.timeout_s)[topic].result()
             except KafkaException as e:
-                error = _error_of(e)
+                error = error_of(e)
                 if error is None or error.code() != KafkaError.TOPIC_ALREADY_EXISTS:
                     raise self._unavailable(f"create topic {topic}", e) from e
             deadline = time.monotonic() + self.timeout_s
@@ -332,7 +276,7 @@ class KafkaLog:
         try:
             self._admin.delete_topics([topic], operation_timeout=self.timeout_s)[topic].result()
         except KafkaException as e:
-            error = _error_of(e)
+            error = error_of(e)
             if error is None or error.code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
                 raise self._unavailable(f"delete topic {topic}", e) from e
         self._partition_counts.pop(topic, None)
@@ -400,18 +344,18 @@ class KafkaLog:
         check_records(topic, records, count)
         if not records and group is None:
             return []
-        for attempt in range(_UNKNOWN_OFFSET_ATTEMPTS):
+        for attempt in range(UNKNOWN_OFFSET_ATTEMPTS):
             producer = self._producer(transactional_id)
             try:
                 offsets = self._transact_once(producer, topic, records, group, consumed)
                 break
             except KafkaException as e:
                 self._abort(transactional_id, producer, e)
-                if isinstance(e, _OffsetsUnknown) and attempt + 1 < _UNKNOWN_OFFSET_ATTEMPTS:
+                if isinstance(e, OffsetsUnknown) and attempt + 1 < UNKNOWN_OFFSET_ATTEMPTS:
                     log.warning("%s; writing the transaction again", e)
                     continue
-                error = _error_of(e)
-                if error is not None and error.code() in _FENCED:
+                error = error_of(e)
+                if error is not None and error.code() in FENCED_ERRORS:
                     raise WriterFenced(
                         f"transactional id {transactional_id} was taken over by a newer writer: {e}"
                     ) from e
@@ -455,7 +399,7 @@ class KafkaLog:
         if group is not None:
             positions = [TopicPartition(t, p, o) for (t, p), o in consumed.items()]
             metadata = self._group(group).consumer_group_metadata()
-            self._call(
+            call_with_deadline(
                 lambda timeout: producer.send_offsets_to_transaction(positions, metadata, timeout),
                 self.timeout_s,
             )
@@ -463,7 +407,7 @@ class KafkaLog:
             raise KafkaException(failures[0] if failures else KafkaError(KafkaError._TIMED_OUT))
         unknown = sum(1 for o in offsets if o < 0)
         if unknown:
-            raise _OffsetsUnknown(
+            raise OffsetsUnknown(
                 KafkaError(
                     KafkaError._FAIL,
                     f"{unknown} of {len(records)} records were delivered without their offsets",
@@ -473,17 +417,17 @@ class KafkaLog:
         return offsets
 
     def _commit_transaction(self, producer: Producer) -> None:
-        self._call(producer.commit_transaction, self.timeout_s)
+        call_with_deadline(producer.commit_transaction, self.timeout_s)
 
     def _abort(self, transactional_id: str, producer: Producer, cause: KafkaException) -> None:
         """Abort the open transaction; a producer that cannot (broker gone, fenced, a fatal
         error, a call stuck in it) is dropped, and the next one's init_transactions fences it
         and aborts what it left open."""
-        if isinstance(cause, _Stuck):  # the stuck call still owns the producer: leave it be
+        if isinstance(cause, CallStuck):  # the stuck call still owns the producer: leave it be
             log.warning("abandoning the producer of %s: %s", transactional_id, cause)
         else:
             try:
-                self._call(producer.abort_transaction, self.timeout_s)
+                call_with_deadline(producer.abort_transaction, self.timeout_s)
                 return
             except KafkaException:
                 pass
@@ -572,7 +516,12 @@ class KafkaLog:
             return self._fetch(topic, partition, reader, max_records, timeout_s)
 
     def _fetch(
-        self, topic: str, partition: int, reader: _Reader, max_records: int, timeout_s: float
+        self,
+        topic: str,
+        partition: int,
+        reader: PartitionReader,
+        max_records: int,
+        timeout_s: float,
     ) -> list[LogRecord]:
         """Records until `max_records` or the partition's end; at the end with none yet, wait
         up to `timeout_s` for one. Getting to the end is bounded by the client timeout.
@@ -585,7 +534,7 @@ class KafkaLog:
         polled = False
         while len(out) < max_records:
             now = time.monotonic()
-            if reader.at_end or self._fetched_to_end(topic, partition, reader):
+            if reader.at_end or reader.fetched_to_end(topic, partition):
                 wait = start + timeout_s - now
                 if out or (polled and wait <= 0):
                     break
@@ -608,7 +557,7 @@ class KafkaLog:
                     continue
                 elif error.code() == KafkaError._PARTITION_EOF:
                     reader.at_end = reader.answered = True
-                elif error.code() in _OUT_OF_RANGE:
+                elif error.code() in OUT_OF_RANGE_ERRORS:
                     reader.next_offset = -1
                     raise OffsetOutOfRange(
                         f"{topic}/{partition}: offset out of range: {error.str()}; "
@@ -617,17 +566,6 @@ class KafkaLog:
                 elif error.fatal():
                     raise self._unavailable(f"read {topic}/{partition}", KafkaException(error))
         return out
-
-    @staticmethod
-    def _fetched_to_end(topic: str, partition: int, reader: _Reader) -> bool:
-        """Whether the records before the end offset the consumer's last fetch at this position
-        brought were all delivered: at most the last transaction's commit marker is left."""
-        if not reader.answered:
-            return False
-        _, end = reader.consumer.get_watermark_offsets(
-            TopicPartition(topic, partition), cached=True
-        )
-        return end >= 0 and reader.next_offset >= end - 1
 
     def close(self) -> None:
         with self._mutex:

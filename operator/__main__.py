@@ -18,7 +18,7 @@ from typing import Any
 import kopf
 
 from ragindex.operator.handlers import OperatorOptions, register
-from ragindex.operator.render import RenderOptions
+from ragindex.operator.objects import RenderOptions
 
 
 def operator_identity() -> str:

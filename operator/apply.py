@@ -23,8 +23,7 @@ from lightkube.resources.core_v1 import ConfigMap, PersistentVolumeClaim, Secret
 from lightkube.resources.networking_v1 import NetworkPolicy
 
 from ragindex.operator.crd import GROUP, KIND, PLURAL, VERSION
-from ragindex.operator.ownership import foreign_object, owned_by, secret_refusal
-from ragindex.operator.render import (
+from ragindex.operator.objects import (
     CONFIG_MAP,
     ELASTICSEARCH,
     FIELD_MANAGER,
@@ -39,9 +38,10 @@ from ragindex.operator.render import (
     RAY_SERVICE,
     SERVICE,
     ObjectRef,
-    objects_to_prune,
     ref_of,
 )
+from ragindex.operator.ownership import foreign_object, owned_by, secret_refusal
+from ragindex.operator.render import objects_to_prune
 
 RayService = create_namespaced_resource("ray.io", "v1", "RayService", "rayservices")
 Elasticsearch = create_namespaced_resource(

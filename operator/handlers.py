@@ -42,19 +42,18 @@ from ragindex.generations import index_generation, lexical_index_name
 from ragindex.operator import apply, local_runtime
 from ragindex.operator.crd import GROUP, PLURAL, VERSION
 from ragindex.operator.generation_io import read_build_report, switch_read_alias
-from ragindex.operator.promotion import Observed, decide_promotion
-from ragindex.operator.render import (
+from ragindex.operator.objects import (
     RenderOptions,
     build_report_url,
     cluster_endpoint,
     elasticsearch_password_secret,
     elasticsearch_url,
     managed_elasticsearch,
-    named_secrets,
     ray_service_name,
-    render,
     validate_name,
 )
+from ragindex.operator.promotion import Observed, decide_promotion
+from ragindex.operator.render import named_secrets, render
 from ragindex.operator.status import (
     RECONCILED,
     Verdict,

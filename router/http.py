@@ -9,9 +9,8 @@ becomes a 500. Limits are enforced before anything is written (DESIGN.md invaria
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
-from dataclasses import dataclass
-from typing import Annotated, Any, Literal, Protocol
+from collections.abc import AsyncIterator, Callable
+from typing import Annotated, Any, Protocol
 
 from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request, Security
 from fastapi.exceptions import RequestValidationError
@@ -24,16 +23,6 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    StrictBool,
-    StrictFloat,
-    StrictInt,
-    StrictStr,
-    WithJsonSchema,
-)
 
 from ragindex.config import LimitsSpec
 from ragindex.errors import (
@@ -44,40 +33,34 @@ from ragindex.errors import (
     RagIndexError,
 )
 from ragindex.router.access import (
-    Principal,
     PrincipalNotGranted,
     ReadScope,
-    Timestamp,
     access_for,
 )
-from ragindex.router.answer import Answer, AnswerRequest, AnswerResponse, Count
+from ragindex.router.answer import Answer, AnswerRequest, AnswerResponse
+from ragindex.router.api_models import (
+    AcceptedResponse,
+    ErrorBody,
+    GenerationReport,
+    ReadyResponse,
+    SearchRequest,
+    SearchResponse,
+    StatsResponse,
+    UpsertRequest,
+    hit_out,
+)
 from ragindex.router.auth import Grant, TokenVerifier
 from ragindex.router.limits import TenantLimiter
-from ragindex.router.query import MAX_QUERY_CHARS, Access, SearchResult
+from ragindex.router.middleware import BodyLimit, Metrics
+from ragindex.router.query import Access, SearchResult
 from ragindex.types import (
     ID_PART_PATTERN,
-    MAX_ACL_PRINCIPALS,
-    MAX_DOCUMENT_CHARS,
-    MAX_METADATA_INT,
-    MAX_METADATA_KEY_CHARS,
-    MAX_METADATA_KEYS,
-    MAX_METADATA_LIST_ITEMS,
-    MAX_METADATA_STRING_CHARS,
-    MAX_TITLE_CHARS,
-    VISIBLE_PATTERN,
     Document,
 )
 
-MAX_BATCH_DOCUMENTS = 256
 MAX_BODY_BYTES = 16 * 1024 * 1024
 MAX_WAIT_S = 60.0  # the longest a writer may wait for read-your-writes
 API_VERSION = "v1"
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 class Backend(Protocol):
@@ -110,151 +93,6 @@ class Backend(Protocol):
     async def ready(self) -> tuple[bool, str]: ...
 
     async def generation_report(self) -> dict[str, Any]: ...
-
-
-# ---------------------------------------------------------------- request / response models
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-
-# The request constraints live in these types, so that the OpenAPI document states them and
-# pydantic enforces exactly what it states; the core (Document) checks the same rules again
-# for every other entry point.
-IdPart = Annotated[StrictStr, Field(pattern=ID_PART_PATTERN)]
-TEXT_PATTERN = r"^[^\x00\ufffd]*[^\s\x00-\x1f\x7f-\x9f\ufeff\ufffd][^\x00\ufffd]*$"
-"""Some visible character, and no NUL or U+FFFD (the marks of text that was not UTF-8)."""
-DocumentText = Annotated[
-    StrictStr,
-    Field(max_length=MAX_DOCUMENT_CHARS, pattern=TEXT_PATTERN),
-    # The same constraints with the pattern inside an allOf: a generator that folds a sibling
-    # maxLength into the pattern's quantifiers (schemathesis) builds a regex too large to
-    # compile, and then finds no valid document at all.
-    WithJsonSchema(
-        {"type": "string", "maxLength": MAX_DOCUMENT_CHARS, "allOf": [{"pattern": TEXT_PATTERN}]}
-    ),
-]
-MetaScalar = (
-    StrictBool
-    | Annotated[StrictInt, Field(ge=-MAX_METADATA_INT, le=MAX_METADATA_INT)]
-    | Annotated[StrictFloat, Field(ge=-MAX_METADATA_INT, le=MAX_METADATA_INT)]
-    | Annotated[StrictStr, Field(max_length=MAX_METADATA_STRING_CHARS)]
-    | None
-)
-MetaValue = MetaScalar | Annotated[list[MetaScalar], Field(max_length=MAX_METADATA_LIST_ITEMS)]
-MetaKey = Annotated[StrictStr, Field(min_length=1, max_length=MAX_METADATA_KEY_CHARS)]
-
-
-class DocumentIn(_Strict):
-    source: IdPart = Field(
-        description="Where the document comes from: no whitespace, control characters, ':' or '/'."
-    )
-    doc_id: IdPart = Field(description="Id of the document within its source (same rules).")
-    title: StrictStr = Field(
-        "", max_length=MAX_TITLE_CHARS, description="Title, shown with every hit of the document."
-    )
-    text: DocumentText = Field(description="Full text (some visible character; no NUL).")
-    updated: Timestamp | None = Field(None, description="RFC 3339 time of the last change.")
-    metadata: dict[MetaKey, MetaValue] = Field(
-        default_factory=dict,
-        max_length=MAX_METADATA_KEYS,
-        description="Flat metadata: scalars or short lists of scalars, copied to every chunk.",
-    )
-    acl: list[Principal] | None = Field(
-        None,
-        min_length=1,
-        max_length=MAX_ACL_PRINCIPALS,
-        description="Principals that may read the document (`user:alice`, `group:eng`);"
-        " absent: everyone in the tenant.",
-    )
-
-
-class UpsertRequest(_Strict):
-    documents: list[DocumentIn] = Field(
-        min_length=1,
-        max_length=MAX_BATCH_DOCUMENTS,
-        description="Documents to upsert, in order: a document named twice is written twice,"
-        " so its last occurrence wins (as if sent one after another; a version whose `updated`"
-        " is older than the indexed one is skipped either way).",
-    )
-
-
-class AcceptedDocument(BaseModel):
-    source: str
-    doc_id: str
-    partition: int = Field(description="Partition of the `docs` log the write went to.")
-    offset: int = Field(description="Its offset there: durable once this answer is sent.")
-
-
-class AcceptedResponse(BaseModel):
-    accepted: list[AcceptedDocument] = Field(
-        description="One entry per document, in request order; each is durable in the log."
-    )
-    applied: bool | None = Field(
-        description="With `wait`: whether every shard replica and the BM25 view applied the"
-        " writes before the timeout (read-your-writes); null without `wait`."
-    )
-
-
-class SearchRequest(ReadScope):
-    query: StrictStr = Field(min_length=1, max_length=MAX_QUERY_CHARS, pattern=VISIBLE_PATTERN)
-    k: Count | None = Field(None, description="Hits to return (1..100).")
-    mode: Literal["hybrid", "dense", "lexical"] = "hybrid"
-    rerank: StrictBool | None = Field(None, description="Rerank; default: when configured.")
-
-
-class HitOut(BaseModel):
-    chunk_id: str
-    source: str
-    doc_id: str
-    title: str
-    text: str
-    score: float
-    ranks: dict[str, int] = Field(description="1-based rank of the chunk in each leg.")
-
-
-class SearchResponse(BaseModel):
-    hits: list[HitOut]
-    timings_ms: dict[str, float]
-    warnings: list[str] = []
-
-
-class StatsResponse(BaseModel):
-    """The caller's tenant only: nothing here counts another tenant's data or writes."""
-
-    tenant: str
-    chunks: int
-    documents: int
-    dense_vectors: int
-    lexical_docs: int
-    shards: int
-    freshness_bound_s: float
-    staleness_s: float | None = Field(None, description="Age of this replica's view, when known.")
-
-
-class ReadyResponse(BaseModel):
-    status: Literal["ready", "degraded", "not ready"]
-    detail: str
-
-
-class GenerationReport(BaseModel):
-    """This index generation's build, for the operator's promotion decision
-    (`ragindex.generations.BuildReport`): no tenant names, no document keys."""
-
-    generation: str = Field(description="The index generation this Router serves.")
-    consumed: int = Field(description="docs records its ingest group consumed.")
-    end: int = Field(description="docs records in the log.")
-    checks: dict[str, str] | None = Field(
-        description="caught-up, chunk-counts, self-check: '' passed, else why it failed;"
-        " null until the backfill reached the end of docs and the views applied it."
-    )
-
-
-class ErrorBody(BaseModel):
-    """Every error: one readable message that says what is wrong."""
-
-    detail: str
 
 
 # ---------------------------------------------------------------- pure decisions
@@ -292,126 +130,6 @@ def validation_message(errors: list[Any]) -> tuple[int, str]:
         parts.append(f"{where}: {e.get('msg', 'invalid')}")
     more = f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""
     return 422, "invalid request: " + "; ".join(parts) + more
-
-
-def body_too_large(content_length: str | None, limit: int) -> bool:
-    """Whether a declared Content-Length is over the limit (malformed counts as too large)."""
-    if content_length is None:
-        return False
-    try:
-        return int(content_length) > limit
-    except ValueError:
-        return True
-
-
-def hit_out(result: SearchResult) -> SearchResponse:
-    return SearchResponse(
-        hits=[
-            HitOut(
-                chunk_id=h.chunk.chunk_id,
-                source=h.chunk.source,
-                doc_id=h.chunk.doc_id,
-                title=h.chunk.title,
-                text=h.chunk.text,
-                score=h.score,
-                ranks=h.ranks,
-            )
-            for h in result.hits
-        ],
-        timings_ms=result.timings_ms,
-        warnings=result.warnings,
-    )
-
-
-# ---------------------------------------------------------------- metrics
-
-
-@dataclass
-class Metrics:
-    """ASGI middleware counting requests and timing them by route and status; each response
-    says how long this replica held it (`Server-Timing: app;dur=<ms>`), so a client can tell
-    the replica's time from the proxy's and the network's.
-
-    Plain ASGI rather than `@app.middleware("http")`: Starlette's BaseHTTPMiddleware runs the
-    app in a separate task with stream plumbing, a cost paid on every search.
-    """
-
-    app: ASGIApp
-    requests: Counter
-    latency: Histogram
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        start = time.perf_counter()
-        status = 500
-
-        async def send_status(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-                held_ms = (time.perf_counter() - start) * 1000
-                timing = (b"server-timing", f"app;dur={held_ms:.3f}".encode())
-                message = {**message, "headers": [*message.get("headers", ()), timing]}
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_status)
-        finally:
-            # The router records the matched route in the (shared) scope while it handles.
-            path = getattr(scope.get("route"), "path", "unmatched")
-            self.requests.labels(path, str(status)).inc()
-            self.latency.labels(path).observe(time.perf_counter() - start)
-
-
-# ---------------------------------------------------------------- body size limit
-
-
-@dataclass
-class BodyLimit:
-    """ASGI middleware: 413 for a body over the limit, declared or streamed (chunked)."""
-
-    app: ASGIApp
-    limit: int
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        headers = dict(scope.get("headers") or [])
-        declared = headers.get(b"content-length")
-        if body_too_large(declared.decode("latin-1") if declared else None, self.limit):
-            await _send_413(send, self.limit)
-            return
-        seen = 0
-        refused = False
-
-        async def limited_receive() -> Message:
-            nonlocal seen, refused
-            message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.limit and not refused:
-                    # Answer 413 now and tell the app the client left, so it stops reading.
-                    refused = True
-                    await _send_413(send, self.limit)
-                    return {"type": "http.disconnect"}
-            return message
-
-        async def guarded_send(message: Message) -> None:
-            if not refused:
-                await send(message)
-
-        await self.app(scope, limited_receive, guarded_send)
-
-
-async def _send_413(send: Send, limit: int) -> None:
-    body = JSONResponse(
-        {"detail": f"request body is larger than the limit of {limit} bytes"}, status_code=413
-    )
-    await send({"type": "http.response.start", "status": 413, "headers": body.raw_headers})
-    await send({"type": "http.response.body", "body": body.body})
 
 
 # ---------------------------------------------------------------- the app

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fetch the pinned Apache Kafka broker (KRaft mode) from Maven Central into the ragindex cache and
-# print the directory holding its jars (`lib/`), for the test harness (ragindex.log.kafka_server).
+# print the directory holding its jars (`lib/`), for the test harness (ragindex.measure.servers.kafka).
 #
 # Kafka ships no server distribution on Maven Central, but its jars are there: kafka_2.13 (the
 # broker, `kafka.Kafka`), kafka-tools (`kafka.tools.StorageTool` formats the KRaft storage) and their

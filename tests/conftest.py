@@ -28,10 +28,10 @@ os.environ.update(ray_environment(Path(tempfile.mkdtemp(prefix="ragindex-ray-aut
 from ragindex.app.loading import cranfield_dir as find_cranfield
 from ragindex.config import RagIndexSpec
 from ragindex.errors import InvalidInput
-from ragindex.evals.collections import Collection, load_cranfield
-from ragindex.evals.metrics import ndcg_at_k
-from ragindex.lexical.es_server import EsServer, start_elasticsearch
-from ragindex.log.kafka_server import KafkaServer, start_kafka
+from ragindex.measure.evals.collections import Collection, load_cranfield
+from ragindex.measure.evals.metrics import ndcg_at_k
+from ragindex.measure.servers.elasticsearch import EsServer, start_elasticsearch
+from ragindex.measure.servers.kafka import KafkaServer, start_kafka
 from ragindex.models.embedder import load_embedder
 from ragindex.protocols import Embedder, LexicalIndex
 from ragindex.types import Chunk

@@ -24,14 +24,14 @@ import torch
 
 from ragindex.app.embedded import EmbeddedIndex
 from ragindex.app.loading import cranfield_dir
-from ragindex.evals.answers import (
+from ragindex.measure.evals.answers import (
     calibrate_threshold,
     cranfield_cases,
     evaluate_answers,
     out_of_domain_cases,
     split_halves,
 )
-from ragindex.evals.collections import load_cranfield
+from ragindex.measure.evals.collections import load_cranfield
 from ragindex.router.answer import AnswerService, dense_support, lexical_support
 from ragindex.router.context import assemble_context
 from ragindex.router.generators import ExtractiveGenerator

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from ragindex.errors import InvalidInput
-from ragindex.evals.collections import load_cranfield
+from ragindex.measure.evals.collections import load_cranfield
 from ragindex.router.answer import (
     REFUSAL_THRESHOLDS,
     AnswerRequest,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ragindex.errors import InvalidInput
-from ragindex.evals.answers import (
+from ragindex.measure.evals.answers import (
     AnswerCase,
     calibrate_threshold,
     evaluate_answers,

@@ -1,7 +1,7 @@
 """A real Elasticsearch for the whole session (started from the cached integ-test distribution).
 
-The server is started once (about 20 s) by `ragindex.lexical.es_server`, so benchmarks use the
-same harness; each test gets its own alias and drops it afterwards.
+The server is started once (about 20 s) by `ragindex.measure.servers.elasticsearch`, so
+benchmarks use the same harness; each test gets its own alias and drops it afterwards.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from ragindex.lexical.elasticsearch_index import ElasticsearchIndex
-from ragindex.lexical.es_server import EsServer
+from ragindex.measure.servers.elasticsearch import EsServer
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 

@@ -1,18 +1,21 @@
-"""The Elasticsearch BM25 backend against a real server."""
+"""The Elasticsearch BM25 backend against a real server: the LexicalIndex contract, then the
+alias generations, the mapping, bulk failures and timeouts."""
 
 from __future__ import annotations
 
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
 
 from ragindex.errors import BackendUnavailable, InvalidInput
 from ragindex.lexical.elasticsearch_index import BulkWriteError, ElasticsearchIndex
-from ragindex.lexical.es_server import EsServer
+from ragindex.measure.servers.elasticsearch import EsServer
 from ragindex.netutil import free_port
+from ragindex.testing.lexical import LexicalIndexContract, random_corpus
 from ragindex.types import Chunk, ScoredId
 
 pytestmark = pytest.mark.elasticsearch
@@ -21,36 +24,6 @@ MakeChunk = Callable[..., Chunk]
 
 def ids(hits: list[ScoredId]) -> list[str]:
     return [h.chunk_id for h in hits]
-
-
-def test_upsert_replace_and_delete(es_index: ElasticsearchIndex, make_chunk: MakeChunk) -> None:
-    es_index.upsert([make_chunk("t1", f"s:d:{i}", f"shock wave number {i}") for i in range(20)])
-    assert es_index.count("t1") == 20
-    es_index.upsert([make_chunk("t1", "s:d:1", "boundary layer")])
-    assert "s:d:1" not in ids(es_index.search("shock", 100, "t1"))
-    assert ids(es_index.search("boundary", 5, "t1")) == ["s:d:1"]
-    es_index.delete("t1", [f"s:d:{i}" for i in range(0, 20, 2)] + ["s:missing:0"])
-    hits = ids(es_index.search("shock wave", 100, "t1"))
-    assert sorted(hits) == sorted(f"s:d:{i}" for i in range(3, 20, 2))
-    assert es_index.count("t1") == 10
-
-
-def test_tenant_isolation_with_near_duplicates(
-    es_index: ElasticsearchIndex, make_chunk: MakeChunk
-) -> None:
-    text = "laminar flow over a flat plate case {}"
-    a = [make_chunk("alpha", f"s:d:{i}", text.format(i)) for i in range(30)]
-    b = [make_chunk("beta", f"s:d:{i}", text.format(i) + "!") for i in range(30)]
-    b.append(make_chunk("beta", "s:only-beta:0", "laminar flow flat plate " * 20))
-    es_index.upsert(a + b)
-    for query in ["laminar flow flat plate", "case 7", "only"]:
-        alpha = es_index.search(query, 100, "alpha")
-        assert "s:only-beta:0" not in ids(alpha)
-        assert len(alpha) <= 30
-    assert es_index.search("laminar", 100, "gamma") == []
-    es_index.delete("beta", ["s:d:3"])
-    assert "s:d:3" in ids(es_index.search("case 3", 100, "alpha"))
-    assert (es_index.count("alpha"), es_index.count("beta")) == (30, 30)
 
 
 def test_mapping_and_bm25_settings(es_index: ElasticsearchIndex) -> None:
@@ -150,14 +123,6 @@ def test_bad_names_are_rejected(alias: str, generation: str) -> None:
         ElasticsearchIndex("http://127.0.0.1:9", alias, generation=generation)
 
 
-def test_bad_input_is_rejected_before_any_request(es_index: ElasticsearchIndex) -> None:
-    with pytest.raises(InvalidInput):
-        es_index.search("x", 0, "t1")
-    with pytest.raises(InvalidInput):
-        es_index.delete("T1", ["a"])
-    assert es_index.search("...", 5, "t1") == []
-
-
 @pytest.fixture
 def silent_port() -> Iterator[int]:
     """A socket that accepts connections (kernel backlog) and never answers."""
@@ -190,10 +155,18 @@ def test_unreachable_server_fails_fast_and_clearly(
     index.close()
 
 
-def test_chunk_without_terms_is_not_indexed(
-    es_index: ElasticsearchIndex, make_chunk: MakeChunk
-) -> None:
-    es_index.upsert([make_chunk("t1", "s:a:0", "vortex sheet")])
-    es_index.upsert([make_chunk("t1", "s:a:0", " -- ... "), make_chunk("t1", "s:a:1", "?")])
-    assert es_index.search("vortex", 5, "t1") == []
-    assert es_index.count("t1") == 0
+class TestElasticsearchContract(LexicalIndexContract):
+    @pytest.fixture
+    def lexical_index(self, es_index: ElasticsearchIndex) -> ElasticsearchIndex:
+        return es_index
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def filtered_index(cls, es_server: EsServer) -> Iterator[ElasticsearchIndex]:
+        index = ElasticsearchIndex.open(
+            es_server.url, f"f_{uuid.uuid4().hex[:12]}", timeout_s=30.0, refresh_interval_s=0.2
+        )
+        index.upsert(random_corpus())
+        yield index
+        index.drop()
+        index.close()

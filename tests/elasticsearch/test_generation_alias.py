@@ -12,7 +12,7 @@ import pytest
 from ragindex.config import RagIndexSpec
 from ragindex.generations import index_generation, lexical_index_name
 from ragindex.lexical.elasticsearch_index import ElasticsearchIndex
-from ragindex.lexical.es_server import EsServer
+from ragindex.measure.servers.elasticsearch import EsServer
 from ragindex.operator.generation_io import switch_read_alias
 from ragindex.types import Chunk
 

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from ragindex.config import Rm3Spec
-from ragindex.evals.collections import Collection
 from ragindex.lexical import FieldBoosts
 from ragindex.lexical.analysis import analyze
 from ragindex.lexical.elasticsearch_index import ElasticsearchIndex
-from ragindex.lexical.es_server import EsServer
 from ragindex.lexical.tantivy_index import TantivyIndex
+from ragindex.measure.evals.collections import Collection
+from ragindex.measure.servers.elasticsearch import EsServer
 from ragindex.protocols import LexicalIndex
 from ragindex.types import Chunk, ScoredId
 

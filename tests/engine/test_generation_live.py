@@ -29,7 +29,6 @@ from ragindex.app.serve.data_plane import ensure_topics
 from ragindex.app.serve.generation_report import ReportCut, generation_report
 from ragindex.app.serve.query_side import LocalQuerySide, SerializedEmbedder
 from ragindex.config import RagIndexSpec
-from ragindex.evals.collections import Collection
 from ragindex.generations import (
     BuildReport,
     changed_generation_fields,
@@ -38,9 +37,10 @@ from ragindex.generations import (
 )
 from ragindex.ingest.worker import IngestWorker
 from ragindex.lexical.elasticsearch_index import ElasticsearchIndex
-from ragindex.lexical.es_server import EsServer
 from ragindex.log.kafka_log import KafkaLog
-from ragindex.log.kafka_server import KafkaServer
+from ragindex.measure.evals.collections import Collection
+from ragindex.measure.servers.elasticsearch import EsServer
+from ragindex.measure.servers.kafka import KafkaServer
 from ragindex.models.embedder import load_embedder
 from ragindex.operator.generation_io import switch_read_alias
 from ragindex.operator.promotion import Observed, decide_promotion

@@ -30,8 +30,6 @@ from ragindex.app.serve.query_side import LocalQuerySide, SerializedEmbedder
 from ragindex.app.serve_cli import APP_NAME
 from ragindex.config import RagIndexSpec
 from ragindex.errors import InvalidInput
-from ragindex.evals.collections import Collection
-from ragindex.evals.metrics import ndcg_at_k
 from ragindex.generations import (
     BuildReport,
     PromotionRefused,
@@ -39,6 +37,8 @@ from ragindex.generations import (
     promotion_failures,
 )
 from ragindex.log import FileLog
+from ragindex.measure.evals.collections import Collection
+from ragindex.measure.evals.metrics import ndcg_at_k
 from ragindex.protocols import Embedder, Vectors
 from ragindex.records import doc_key, encode_document
 from ragindex.topics import partition_for_key, plane_topics

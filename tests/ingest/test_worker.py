@@ -26,7 +26,7 @@ from ragindex.ingest.worker import (
 )
 from ragindex.log import FileLog
 from ragindex.log.kafka_log import KafkaLog
-from ragindex.log.kafka_server import KafkaServer
+from ragindex.measure.servers.kafka import KafkaServer
 from ragindex.protocols import Embedder, Log
 from ragindex.records import chunk_header, doc_key, encode_document
 from ragindex.topics import INGEST_GROUP, DataPlaneTopics, partition_for_key

@@ -39,14 +39,14 @@ from ragindex.operator.apply import (
     RayService,
 )
 from ragindex.operator.handlers import OperatorOptions, register
-from ragindex.operator.ownership import SECRET_LABEL
-from ragindex.operator.render import (
+from ragindex.operator.objects import (
     LABEL_GENERATION,
     LABEL_INDEX,
     LABEL_MANAGED_BY,
     network_policy_name,
     ray_service_name,
 )
+from ragindex.operator.ownership import SECRET_LABEL
 
 pytestmark = [pytest.mark.kubernetes, pytest.mark.slow]
 

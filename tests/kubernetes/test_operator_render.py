@@ -13,19 +13,17 @@ from ray.serve.schema import ServeDeploySchema
 from ragindex.config import RagIndexSpec
 from ragindex.errors import InvalidInput
 from ragindex.generations import index_generation
-from ragindex.operator.ownership import SECRET_LABEL, foreign_object, secret_refusal
-from ragindex.operator.render import (
+from ragindex.operator.objects import (
     LABEL_GENERATION,
     LABEL_INDEX,
     ObjectRef,
     RenderOptions,
-    named_secrets,
-    objects_to_prune,
     ray_service_name,
     ref_of,
-    render,
     validate_name,
 )
+from ragindex.operator.ownership import SECRET_LABEL, foreign_object, secret_refusal
+from ragindex.operator.render import named_secrets, objects_to_prune, render
 from ragindex.serve_config import (
     AUTH_DIR_ENV,
     GENERATOR_API_KEY_ENV,

@@ -1,84 +1,30 @@
-"""The embedded BM25 backend on real tantivy indexes: every test runs on one shared index and on
-an index per tenant (the `tantivy_index` and `open_bm25` fixtures are parametrized)."""
+"""The embedded BM25 backend on real tantivy indexes: the LexicalIndex contract, then what only
+the embedded backend shows; every test runs on one shared index and on an index per tenant
+(the `tantivy_index`, `open_bm25` and contract fixtures are parametrized)."""
 
 from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ragindex.errors import BackendUnavailable, InvalidInput
+from ragindex.errors import BackendUnavailable
 from ragindex.protocols import LexicalIndex
+from ragindex.testing.lexical import LexicalIndexContract, random_corpus
 from ragindex.types import Chunk
 
-from .layouts import EmbeddedBm25, OpenBm25
+from .layouts import LAYOUTS, EmbeddedBm25, OpenBm25
 
 MakeChunk = Callable[..., Chunk]
 
 
 def ids(hits: list) -> list[str]:
     return [h.chunk_id for h in hits]
-
-
-def test_upsert_is_visible_and_replaces(tantivy_index: EmbeddedBm25, make_chunk: MakeChunk) -> None:
-    tantivy_index.upsert([make_chunk("t1", "s:a:0", "supersonic wind tunnel tests")])
-    assert ids(tantivy_index.search("wind tunnel", 5, "t1")) == ["s:a:0"]
-    tantivy_index.upsert([make_chunk("t1", "s:a:0", "boundary layer transition")])
-    assert tantivy_index.search("wind tunnel", 5, "t1") == []
-    assert ids(tantivy_index.search("boundary", 5, "t1")) == ["s:a:0"]
-    assert tantivy_index.count("t1") == 1
-
-
-def test_title_is_searchable(tantivy_index: EmbeddedBm25, make_chunk: MakeChunk) -> None:
-    tantivy_index.upsert([make_chunk("t1", "s:a:0", "body text", title="Heat transfer")])
-    assert ids(tantivy_index.search("heat", 5, "t1")) == ["s:a:0"]
-
-
-def test_same_id_twice_in_one_batch_keeps_the_last(
-    tantivy_index: EmbeddedBm25, make_chunk: MakeChunk
-) -> None:
-    tantivy_index.upsert([make_chunk("t1", "s:a:0", "first"), make_chunk("t1", "s:a:0", "second")])
-    assert tantivy_index.count("t1") == 1
-    assert tantivy_index.search("first", 5, "t1") == []
-
-
-def test_deleted_chunks_are_never_returned(
-    tantivy_index: EmbeddedBm25, make_chunk: MakeChunk
-) -> None:
-    chunks = [make_chunk("t1", f"s:d:{i}", f"shock wave number {i}") for i in range(20)]
-    tantivy_index.upsert(chunks)
-    tantivy_index.delete("t1", [f"s:d:{i}" for i in range(0, 20, 2)] + ["s:missing:0"])
-    hits = ids(tantivy_index.search("shock wave", 100, "t1"))
-    assert sorted(hits) == sorted(f"s:d:{i}" for i in range(1, 20, 2))
-    assert tantivy_index.count("t1") == 10
-
-
-def test_tenant_isolation_with_near_duplicates(
-    tantivy_index: EmbeddedBm25, make_chunk: MakeChunk
-) -> None:
-    a = [
-        make_chunk("alpha", f"s:d:{i}", f"laminar flow over a flat plate case {i}")
-        for i in range(30)
-    ]
-    b = [
-        make_chunk("beta", f"s:d:{i}", f"laminar flow over a flat plate case {i}!")
-        for i in range(30)
-    ]
-    b.append(make_chunk("beta", "s:only-beta:0", "laminar flow flat plate " * 20))
-    tantivy_index.upsert(a + b)
-    for query in ["laminar flow flat plate", "case 7", "only"]:
-        alpha = tantivy_index.search(query, 100, "alpha")
-        assert "s:only-beta:0" not in ids(alpha)
-        assert len(alpha) <= 30
-    assert tantivy_index.search("laminar", 100, "gamma") == []
-    tantivy_index.delete("beta", ["s:d:3"])  # same chunk id in alpha must survive
-    assert "s:d:3" in ids(tantivy_index.search("case 3", 100, "alpha"))
-    assert (tantivy_index.count("alpha"), tantivy_index.count("beta")) == (30, 30)
 
 
 def test_score_is_plain_bm25(tantivy_index: EmbeddedBm25, make_chunk: MakeChunk) -> None:
@@ -119,37 +65,6 @@ def test_closed_index_raises(open_bm25: OpenBm25, tmp_path: Path, make_chunk: Ma
         index.search("x", 1, "t1")
     with pytest.raises(BackendUnavailable, match="closed"):
         index.upsert([make_chunk("t1", "s:a:0", "x")])
-
-
-@pytest.mark.parametrize(
-    ("query", "top_k", "tenant"),
-    [(None, 5, "t1"), ("x", 0, "t1"), ("x", True, "t1"), ("x", 10_001, "t1"), ("x", 5, "T 1")],
-)
-def test_bad_search_is_rejected(
-    tantivy_index: EmbeddedBm25, query: object, top_k: object, tenant: str
-) -> None:
-    with pytest.raises(InvalidInput):
-        tantivy_index.search(query, top_k, tenant)
-
-
-def test_bad_batch_changes_nothing(tantivy_index: EmbeddedBm25, make_chunk: MakeChunk) -> None:
-    tantivy_index.upsert([make_chunk("t1", "s:a:0", "original")])
-    bad = Chunk("Bad Tenant", "s:b:0", "s", "b", 0, "", "text", "h")
-    with pytest.raises(InvalidInput, match="tenant_id"):
-        tantivy_index.upsert([make_chunk("t1", "s:a:0", "replacement"), bad])
-    with pytest.raises(InvalidInput):
-        tantivy_index.upsert([make_chunk("t1", "", "empty id")])
-    with pytest.raises(InvalidInput, match="single string"):
-        tantivy_index.delete("t1", "s:a:0")
-    assert ids(tantivy_index.search("original", 5, "t1")) == ["s:a:0"]
-    assert tantivy_index.count("t1") == 1
-
-
-def test_query_without_tokens_returns_nothing(
-    tantivy_index: EmbeddedBm25, make_chunk: MakeChunk
-) -> None:
-    tantivy_index.upsert([make_chunk("t1", "s:a:0", "anything")])
-    assert tantivy_index.search("  ?!-- ", 5, "t1") == []
 
 
 @settings(
@@ -203,10 +118,24 @@ def test_cranfield_ndcg_is_in_the_expected_range(
         index.close()
 
 
-def test_chunk_without_terms_is_not_indexed(
-    tantivy_index: EmbeddedBm25, make_chunk: MakeChunk
-) -> None:
-    tantivy_index.upsert([make_chunk("t1", "s:a:0", "vortex sheet")])
-    tantivy_index.upsert([make_chunk("t1", "s:a:0", " -- ... "), make_chunk("t1", "s:a:1", "?")])
-    assert tantivy_index.search("vortex", 5, "t1") == []
-    assert tantivy_index.count("t1") == 0
+class TestTantivyContract(LexicalIndexContract):
+    """The LexicalIndex contract on both embedded layouts: one shared index, and an index per
+    tenant."""
+
+    @pytest.fixture(params=sorted(LAYOUTS))
+    def lexical_index(
+        self, request: pytest.FixtureRequest, tmp_path: Path
+    ) -> Iterator[EmbeddedBm25]:
+        index = LAYOUTS[request.param](tmp_path / "bm25")
+        yield index
+        index.close()
+
+    @pytest.fixture(scope="class", params=sorted(LAYOUTS))
+    @classmethod
+    def filtered_index(
+        cls, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+    ) -> Iterator[EmbeddedBm25]:
+        index = LAYOUTS[request.param](Path(tmp_path_factory.mktemp("filters")) / "bm25")
+        index.upsert(random_corpus())
+        yield index
+        index.close()

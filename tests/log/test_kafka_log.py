@@ -12,10 +12,9 @@ import pytest
 
 from ragindex.errors import BackendUnavailable
 from ragindex.log import KafkaLog
-from ragindex.log.kafka_server import SASL_USERNAME, KafkaServer
+from ragindex.measure.servers.kafka import SASL_USERNAME, KafkaServer
 from ragindex.protocols import Log, WriterFenced
-
-from .contract import LogContract, read_all
+from ragindex.testing.log import LogContract, read_all
 
 pytestmark = [pytest.mark.kafka]
 
@@ -256,7 +255,7 @@ def test_records_delivered_without_offsets_are_written_again_exactly_once(
     """librdkafka sometimes reports a delivery without its offset: the transaction is aborted
     and written again (injected here at the commit of the first attempt), so `append` returns
     real offsets and readers see every record once."""
-    from ragindex.log import kafka_log
+    from ragindex.log import kafka_calls
 
     log = _kafka_log(kafka_server)
     log.ensure_topic("unknown-offsets", 2, compacted=False)
@@ -266,8 +265,8 @@ def test_records_delivered_without_offsets_are_written_again_exactly_once(
     def commit_once_unknown(self: KafkaLog, producer: object) -> None:
         calls.append(1)
         if len(calls) == 1:
-            raise kafka_log._OffsetsUnknown(
-                kafka_log.KafkaError(kafka_log.KafkaError._FAIL, "injected")
+            raise kafka_calls.OffsetsUnknown(
+                kafka_calls.KafkaError(kafka_calls.KafkaError._FAIL, "injected")
             )
         real_commit(self, producer)  # type: ignore[arg-type]
 

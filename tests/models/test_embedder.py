@@ -17,14 +17,7 @@ from ragindex.models.embedder import (
     resolve_model_path,
     weights_hash,
 )
-
-TEXTS = [
-    "Boundary layer transition on a flat plate at supersonic speeds.",
-    "heat transfer",
-    "The wing was tested in a wind tunnel. " * 60,  # longer than 256 tokens: truncated alike
-    "Ünïcödé, punctuation; and numbers 1.5e-3!",
-    "x",
-]
+from ragindex.testing.embedder import TEXTS, EmbedderContract
 
 
 def test_both_backends_give_the_same_vectors(
@@ -38,25 +31,6 @@ def test_both_backends_give_the_same_vectors(
     assert st_embedder.identity == flag_embedder.identity
     assert st_embedder.identity.dimension == flag_embedder.identity.dimension == 384
     assert st_embedder.max_seq_length == flag_embedder.max_seq_length == 256
-
-
-@pytest.mark.parametrize("backend", ["st", "flag"])
-def test_output_contract(
-    backend: str, st_embedder: SentenceTransformerEmbedder, flag_embedder: FlagEmbedder
-) -> None:
-    emb = st_embedder if backend == "st" else flag_embedder
-    for vecs in (emb.embed_passages(TEXTS), emb.embed_queries(TEXTS[:2])):
-        assert vecs.dtype == np.float32
-        assert vecs.flags["C_CONTIGUOUS"]
-        np.testing.assert_allclose(np.linalg.norm(vecs, axis=1), 1.0, atol=1e-5)
-    empty = emb.embed_queries([])
-    assert empty.shape == (0, 384) and empty.dtype == np.float32
-
-
-def test_batching_does_not_change_vectors(st_embedder: SentenceTransformerEmbedder) -> None:
-    batched = st_embedder.embed_passages(TEXTS)  # batch_size 4: two batches
-    single = np.vstack([st_embedder.embed_passages([t]) for t in TEXTS])
-    np.testing.assert_allclose(batched, single, atol=1e-5)
 
 
 def test_prefixes_apply_to_their_side_only(st_embedder: SentenceTransformerEmbedder) -> None:
@@ -85,13 +59,6 @@ def test_count_tokens_uses_the_model_tokenizer(st_embedder: SentenceTransformerE
     assert st_embedder.count_tokens(long) > 256  # counted untruncated
 
 
-def test_bad_texts_are_rejected(st_embedder: SentenceTransformerEmbedder) -> None:
-    with pytest.raises(InvalidInput, match="not one string"):
-        st_embedder.embed_passages("a string")
-    with pytest.raises(InvalidInput, match=r"texts\[1\]"):
-        st_embedder.embed_queries(["ok", 3])
-
-
 def test_weights_hash_follows_the_bytes(tmp_path: Path) -> None:
     packaged = resolve_model_path("all-MiniLM-L6-v2")
     copy = tmp_path / "model"
@@ -118,3 +85,29 @@ def test_factory_picks_the_backend(st_embedder: SentenceTransformerEmbedder) -> 
     assert isinstance(emb, FlagEmbedder)
     assert emb.identity.weights_hash == st_embedder.identity.weights_hash
     assert emb.identity.name == path
+
+
+class TestSentenceTransformerContract(EmbedderContract):
+    """The reference against itself: the contract's fixed points (output, batching, length)."""
+
+    MAX_COSINE_DISTANCE = 1e-6
+
+    @pytest.fixture
+    def embedder(self, st_embedder: SentenceTransformerEmbedder) -> SentenceTransformerEmbedder:
+        return st_embedder
+
+    @pytest.fixture
+    def reference(self, st_embedder: SentenceTransformerEmbedder) -> SentenceTransformerEmbedder:
+        return st_embedder
+
+
+class TestFlagEmbedderContract(EmbedderContract):
+    MAX_COSINE_DISTANCE = 1e-3  # FlagEmbedding's own pooling path: measured 1e-7
+
+    @pytest.fixture
+    def embedder(self, flag_embedder: FlagEmbedder) -> FlagEmbedder:
+        return flag_embedder
+
+    @pytest.fixture
+    def reference(self, st_embedder: SentenceTransformerEmbedder) -> SentenceTransformerEmbedder:
+        return st_embedder

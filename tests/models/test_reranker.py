@@ -15,15 +15,7 @@ from ragindex.models.reranker import (
     load_reranker,
     order_by_score,
 )
-
-QUERY = "supersonic boundary layer"
-PASSAGES = [
-    "Boundary layer transition at Mach 3 on a cone.",
-    "heat transfer",
-    "A long passage about wings and wind tunnels. " * 20,
-    "short",
-    "Skin friction in turbulent flow over flat plates.",
-]
+from ragindex.testing.reranker import PASSAGES, QUERY, RerankerContract
 
 
 @pytest.fixture(scope="module")
@@ -34,19 +26,6 @@ def cross_encoder(tiny_cross_encoder: Path) -> CrossEncoderReranker:
 @pytest.fixture(scope="module")
 def flag_reranker(tiny_cross_encoder: Path) -> FlagRerankerBackend:
     return FlagRerankerBackend(tiny_cross_encoder, batch_size=2)
-
-
-@pytest.mark.parametrize("backend", ["st", "flag"])
-def test_batched_equals_one_by_one(
-    backend: str, cross_encoder: CrossEncoderReranker, flag_reranker: FlagRerankerBackend
-) -> None:
-    rr = cross_encoder if backend == "st" else flag_reranker
-    batched = rr.score(QUERY, PASSAGES)
-    single = [rr.score(QUERY, [p])[0] for p in PASSAGES]
-    assert len(batched) == len(PASSAGES)
-    assert all(isinstance(s, float) for s in batched)
-    np.testing.assert_allclose(batched, single, atol=1e-5)
-    assert len(set(np.round(batched, 6))) > 1  # a real model: scores depend on the passage
 
 
 def test_backends_agree_on_the_same_weights(
@@ -70,14 +49,6 @@ def test_order_by_score_breaks_ties_by_input_order() -> None:
     assert order_by_score([]) == []
 
 
-def test_empty_and_bad_input(cross_encoder: CrossEncoderReranker) -> None:
-    assert cross_encoder.score(QUERY, []) == []
-    with pytest.raises(InvalidInput, match="query"):
-        cross_encoder.score("  ", PASSAGES)
-    with pytest.raises(InvalidInput, match=r"passages\[1\]"):
-        cross_encoder.score(QUERY, ["ok", None])
-
-
 def test_factory(tiny_cross_encoder: Path, tmp_path: Path) -> None:
     st = load_reranker(
         RerankerSpec.model_validate({"enabled": True, "model": str(tiny_cross_encoder)})
@@ -95,3 +66,15 @@ def test_factory(tiny_cross_encoder: Path, tmp_path: Path) -> None:
         load_reranker(
             RerankerSpec.model_validate({"enabled": True, "model": str(tmp_path / "missing")})
         )
+
+
+class TestCrossEncoderContract(RerankerContract):
+    @pytest.fixture
+    def reranker(self, cross_encoder: CrossEncoderReranker) -> CrossEncoderReranker:
+        return cross_encoder
+
+
+class TestFlagRerankerContract(RerankerContract):
+    @pytest.fixture
+    def reranker(self, flag_reranker: FlagRerankerBackend) -> FlagRerankerBackend:
+        return flag_reranker

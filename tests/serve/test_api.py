@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from ragindex.router.api_models import MAX_BATCH_DOCUMENTS
 from ragindex.router.auth import create_token
-from ragindex.router.http import MAX_BATCH_DOCUMENTS, MAX_BODY_BYTES
+from ragindex.router.http import MAX_BODY_BYTES
 from ragindex.types import MAX_DOCUMENT_CHARS
 
 if TYPE_CHECKING:  # fixtures come from conftest.py; pytest's importlib mode cannot import it

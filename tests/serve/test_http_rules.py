@@ -5,12 +5,8 @@ from __future__ import annotations
 import pytest
 
 from ragindex.errors import BackendUnavailable, IdentityMismatch, InvalidInput
-from ragindex.router.http import (
-    body_too_large,
-    error_message,
-    status_for_error,
-    validation_message,
-)
+from ragindex.router.http import error_message, status_for_error, validation_message
+from ragindex.router.middleware import body_too_large
 
 
 class Wrapped(Exception):

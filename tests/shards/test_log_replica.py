@@ -6,6 +6,7 @@ import json
 import random
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +24,8 @@ from ragindex.shards.log_replica import (
     snapshot_spread,
     texts_json,
 )
+from ragindex.testing.dense import IDENTITY as CONTRACT_IDENTITY
+from ragindex.testing.dense import DenseIndexContract, LogFedDense, chunks_log
 from ragindex.types import Chunk, ModelIdentity
 
 IDENTITY = ModelIdentity("test-model", "0" * 64, 8, True)
@@ -149,3 +152,23 @@ def test_texts_are_encoded_in_pieces_as_one_json_document() -> None:
     }
     assert json.loads(texts_json(7, texts)) == {"offset": 7, "chunks": texts}
     assert json.loads(texts_json(0, {})) == {"offset": 0, "chunks": {}}
+
+
+class TestLogShardReplicaContract(DenseIndexContract):
+    """The DenseIndex contract on one replica fed by its partition, searched exactly and in
+    HNSW (exact_threshold 0)."""
+
+    @pytest.fixture(params=[10_000, 0], ids=["exact", "hnsw"])
+    def dense_index(self, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LogFedDense]:
+        log = chunks_log(tmp_path / "log", shards=1)
+        view = LogShardReplica(
+            log,
+            "contract.chunks",
+            0,
+            tmp_path / "replica",
+            CONTRACT_IDENTITY,
+            HnswSpec(),
+            exact_threshold=request.param,
+        )
+        yield LogFedDense(view, log, "contract.chunks", 1, view.catch_up)
+        log.close()

@@ -13,7 +13,7 @@ import pytest
 
 from ragindex.config import HnswSpec
 from ragindex.log import FileLog, KafkaLog
-from ragindex.log.kafka_server import KafkaServer
+from ragindex.measure.servers.kafka import KafkaServer
 from ragindex.protocols import Log
 from ragindex.records import chunk_key, encode_chunk
 from ragindex.shards.log_replica import LogShardReplica, publish_due

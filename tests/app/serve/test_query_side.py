@@ -25,6 +25,7 @@ from ragindex.protocols import Embedder
 from ragindex.records import doc_key, encode_document
 from ragindex.shards.log_replica import LogShardReplica
 from ragindex.shards.replica_set import ReplicaDenseIndex
+from ragindex.testing.embedder import EmbedderContract
 from ragindex.topics import partition_for_key, plane_topics
 from ragindex.types import Document
 
@@ -153,3 +154,18 @@ def test_the_dense_shards_are_searched_at_once(
             side.dense.search(vector, 10, TENANT, minilm.identity)
     finally:
         side.close()
+
+
+class TestSerializedEmbedderContract(EmbedderContract):
+    """The query side's one-call-at-a-time wrapper keeps the Embedder contract of what it wraps
+    (the packaged MiniLM, which is also the reference)."""
+
+    MAX_COSINE_DISTANCE = 1e-6
+
+    @pytest.fixture
+    def embedder(self, minilm: Embedder) -> SerializedEmbedder:
+        return SerializedEmbedder(minilm)
+
+    @pytest.fixture
+    def reference(self, minilm: Embedder) -> Embedder:
+        return minilm

@@ -1,0 +1,257 @@
+"""`python -m ragindex.measure.evals.sweep`: quality options measured with the tune / held-out
+discipline.
+
+Every option (BM25 field boosts, RM3, Rocchio, fusion weights and k) is a query-time setting,
+so one ingested Cranfield index (`ragindex eval`'s cache for the base spec) serves them all:
+each variant gets its own QueryEngine over the same embedder, the same dense shard replicas
+(vectors and chunk text) and a read-only opening of the same BM25 view. Stages run in order,
+and each stage keeps the variant with the best hybrid nDCG@10 on the TUNING half only (ties
+keep the earlier variant, so the base wins a tie); the held-out half and the full set are
+reported beside it, never used to choose. Per variant: nDCG@10 and recall@100 per leg and
+split, and the in-process latency per query of each leg.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from ragindex.app.embedded import EmbeddedIndex
+from ragindex.app.engine import load_spec, open_lexical
+from ragindex.config import RagIndexSpec
+from ragindex.measure.evals.cli import LEG_MODES, eval_data_dir, resolve_collection
+from ragindex.measure.evals.collections import Collection
+from ragindex.measure.evals.runner import evaluate, ingest_collection
+from ragindex.measure.evals.split import SPLITS, split_queries
+from ragindex.router.query import QueryEngine
+
+METRICS = ("ndcg@10", "recall@100")
+ALL_LEGS = ("bm25", "dense", "hybrid")
+Variant = tuple[str, dict[str, Any]]  # a label and the spec fields it changes (nested dict)
+
+
+def _merge(base: dict[str, Any], change: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in change.items():
+        out[key] = _merge(out[key], value) if isinstance(value, dict) else value
+    return out
+
+
+def with_change(spec: RagIndexSpec, change: dict[str, Any]) -> RagIndexSpec:
+    return RagIndexSpec.model_validate(_merge(spec.model_dump(), change))
+
+
+def stages() -> list[tuple[str, tuple[str, ...], list[Variant]]]:
+    """The grid, stage by stage: a name, the legs a change there can move, the variants.
+    Each stage starts from the previous stage's choice, which it keeps unless a variant
+    beats it on the tuning half."""
+    return [
+        (
+            "bm25 fields",
+            ("bm25", "dense", "hybrid"),
+            [(f"titleBoost={t}", {"lexical": {"title_boost": t}}) for t in (1.0, 0.0, 0.5, 2.0)],
+        ),
+        (
+            "rm3",
+            ("bm25", "hybrid"),
+            [
+                (
+                    f"rm3 docs={d} terms={n} orig={w}",
+                    {
+                        "feedback": {
+                            "rm3": {"enabled": True, "docs": d, "terms": n, "original_weight": w}
+                        }
+                    },
+                )
+                for d, n, w in ((10, 10, 0.5), (5, 10, 0.5), (10, 20, 0.5), (10, 10, 0.7))
+            ],
+        ),
+        (
+            "rocchio",
+            ("dense", "hybrid"),
+            [
+                (
+                    f"rocchio docs={d} beta={b}",
+                    {"feedback": {"rocchio": {"enabled": True, "docs": d, "beta": b}}},
+                )
+                for d, b in ((3, 0.5), (3, 1.0))
+            ],
+        ),
+        (
+            "fusion",
+            ("hybrid",),
+            [
+                (
+                    f"rrfK={k} dense={dw} lexical={lw}",
+                    {"fusion": {"rrf_k": k, "dense_weight": dw, "lexical_weight": lw}},
+                )
+                for k, dw, lw in (
+                    (20, 1.0, 1.0),
+                    (60, 1.0, 0.7),
+                    (60, 0.7, 1.0),
+                    (60, 1.0, 1.5),
+                    (100, 1.0, 1.0),
+                )
+            ],
+        ),
+    ]
+
+
+def variant_engine(index: EmbeddedIndex, spec: RagIndexSpec) -> QueryEngine:
+    """A QueryEngine with `spec`'s query-time options over `index`'s views; its BM25 index is
+    a read-only opening of the view's, with `spec`'s boosts and RM3 (the caller closes it)."""
+    lexical = open_lexical(spec, index.side.directory, index.embedder.identity, read_only=True)
+    return QueryEngine(
+        index.query.embedder,
+        index.dense,
+        lexical,
+        index.dense,
+        fusion=spec.fusion,
+        lexical_spec=spec.lexical,
+        rocchio=spec.feedback.rocchio,
+    )
+
+
+def measure(
+    index: EmbeddedIndex, collection: Collection, spec: RagIndexSpec, legs: Sequence[str]
+) -> dict[str, Any]:
+    """Per leg: metric means per split and ms per query, for one query-time variant."""
+    query = variant_engine(index, spec)
+    spent: dict[str, float] = {}
+
+    def search(tenant: str, text: str, k: int, leg: str) -> list[tuple[str, str]]:
+        mode, _ = LEG_MODES[leg]
+        start = time.perf_counter()
+        hits = query.search(tenant, text, k=k, mode=mode, rerank=False).hits
+        spent[leg] = spent.get(leg, 0.0) + (time.perf_counter() - start) * 1000
+        return [(h.chunk.chunk_id, h.chunk.doc_id) for h in hits]
+
+    try:
+        report = evaluate(collection, search, legs=legs, k=100)
+    finally:
+        query.lexical.close()
+    halves = split_queries(collection.judged_queries())
+    out: dict[str, Any] = {}
+    for leg, rep in report.legs.items():
+        by_qid = {r.qid: r.scores for r in rep.per_query}
+        out[leg] = {
+            split: {
+                m: sum(by_qid[q][m] for q in halves[split]) / len(halves[split]) for m in METRICS
+            }
+            for split in SPLITS
+        }
+        out[leg]["ms_per_query"] = round(spent[leg] / len(rep.per_query), 2)
+    return out
+
+
+def sweep(
+    index: EmbeddedIndex,
+    collection: Collection,
+    base: RagIndexSpec,
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    chosen = base
+    chosen_row = {"variant": "base", **measure(index, collection, base, ALL_LEGS)}
+    results: list[dict[str, Any]] = []
+    for stage, legs, variants in stages():
+        best = (chosen_row["hybrid"]["tune"]["ndcg@10"], chosen, chosen_row)
+        results.append({**chosen_row, "stage": stage, "variant": f"{chosen_row['variant']}"})
+        for label, change in variants:
+            spec = with_change(chosen, change)
+            if spec == chosen:
+                continue
+            # Legs a stage cannot move keep the chosen spec's figures.
+            row = {**chosen_row, "stage": stage, "variant": label}
+            row |= measure(index, collection, spec, legs)
+            results.append(row)
+            nd = {leg: [row[leg][sp]["ndcg@10"] for sp in SPLITS] for leg in ALL_LEGS}
+            log(
+                f"{stage:12} {label:34} "
+                + "  ".join(
+                    f"{leg} " + "/".join(f"{v:.4f}" for v in vals) for leg, vals in nd.items()
+                )
+                + f"  ms {row['bm25']['ms_per_query']}/{row['dense']['ms_per_query']}"
+                f"/{row['hybrid']['ms_per_query']}"
+            )
+            if row["hybrid"]["tune"]["ndcg@10"] > best[0]:
+                best = (row["hybrid"]["tune"]["ndcg@10"], spec, row)
+        _, chosen, chosen_row = best
+        log(f"-> {stage}: {chosen_row['variant']}")
+    return {
+        "chosen": chosen.model_dump(mode="json", by_alias=True),
+        "results": results,
+        "split_seed_sizes": {
+            s: len(q) for s, q in split_queries(collection.judged_queries()).items()
+        },
+    }
+
+
+def added_latency(
+    index: EmbeddedIndex, collection: Collection, base: RagIndexSpec, queries: int = 50
+) -> dict[str, dict[str, Any]]:
+    """Median in-process ms per query of each option against the base, interleaved query by
+    query in one run (so box noise hits both alike): {option: {leg, base_ms, option_ms}}."""
+    options: dict[str, tuple[str, dict[str, Any]]] = {
+        "rm3 (docs=5, terms=10)": (
+            "lexical",
+            {"feedback": {"rm3": {"enabled": True, "docs": 5, "terms": 10}}},
+        ),
+        "rocchio (docs=3)": ("dense", {"feedback": {"rocchio": {"enabled": True, "docs": 3}}}),
+        "weighted fusion": ("hybrid", {"fusion": {"dense_weight": 1.0, "lexical_weight": 0.7}}),
+    }
+    texts = [collection.queries[q].text for q in collection.judged_queries()[:queries]]
+
+    out: dict[str, dict[str, Any]] = {}
+    plain = variant_engine(index, base)
+    for name, (mode, change) in options.items():
+        variant = variant_engine(index, with_change(base, change))
+        times: dict[str, list[float]] = {"base": [], "option": []}
+        for text in texts:
+            for key, query in (("base", plain), ("option", variant)):
+                start = time.perf_counter()
+                query.search("default", text, k=100, mode=mode)
+                times[key].append((time.perf_counter() - start) * 1000)
+        medians = {k: sorted(v)[len(v) // 2] for k, v in times.items()}
+        out[name] = {
+            "mode": mode,
+            "base_ms": round(medians["base"], 2),
+            "option_ms": round(medians["option"], 2),
+        }
+        variant.lexical.close()
+        print(name, out[name])
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m ragindex.measure.evals.sweep", description=__doc__
+    )
+    parser.add_argument("--spec", type=Path, help="base spec YAML (default: the default spec)")
+    parser.add_argument("--json", type=Path, required=True, help="write every variant here")
+    parser.add_argument(
+        "--latency", action="store_true", help="only the interleaved added-latency comparison"
+    )
+    args = parser.parse_args(argv)
+    base = load_spec(args.spec)
+    collection = resolve_collection("cranfield")
+    index = EmbeddedIndex(eval_data_dir(collection, base), base)
+    try:
+        ingest_collection(collection, index.upsert)
+        out = (
+            {"added_latency": added_latency(index, collection, base)}
+            if args.latency
+            else sweep(index, collection, base)
+        )
+    finally:
+        index.close()
+    args.json.write_text(json.dumps(out, indent=2) + "\n")
+    print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

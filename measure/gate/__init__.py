@@ -1,0 +1,1 @@
+"""ragindex.measure.gate: the release gate, `ragindex gate`, against `baseline.json`."""

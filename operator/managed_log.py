@@ -1,0 +1,129 @@
+"""The managed log: a Strimzi Kafka cluster (KRaft, node pools) and the index's topics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ragindex.config import RagIndexSpec
+from ragindex.operator.objects import (
+    KAFKA,
+    KAFKA_NODE_POOL,
+    KAFKA_PORT,
+    KAFKA_TOPIC,
+    STRIMZI_CLUSTER_LABEL,
+    RenderOptions,
+    kafka_name,
+    kafka_node_pool_name,
+    object_metadata,
+    ray_pod_labels,
+)
+from ragindex.topics import chunks_topic, docs_topic, snapshots_topic
+
+
+def render_managed_log(
+    name: str,
+    namespace: str,
+    spec: RagIndexSpec,
+    generation: str,
+    options: RenderOptions,
+    uid: str | None = None,
+) -> list[dict[str, Any]]:
+    """A Strimzi (KRaft, node pools) Kafka cluster and the index's topics, all owned by it.
+
+    Every node is broker and controller. The plain listener admits only this index's Ray pods
+    (Strimzi renders the NetworkPolicy from `networkPolicyPeers`). Topics are compacted: the
+    log is the corpus, so nothing expires by age; deletes are tombstones kept for
+    `tombstoneRetentionHours`.
+    """
+    log = spec.log
+    cluster = kafka_name(name)
+    strimzi = {STRIMZI_CLUSTER_LABEL: cluster}
+    storage: dict[str, Any] = {"type": "persistent-claim", "size": log.broker_storage_size}
+    if options.storage_class:
+        storage["class"] = options.storage_class
+    replication = {
+        "default.replication.factor": log.replication_factor,
+        "min.insync.replicas": log.min_insync_replicas,
+        "offsets.topic.replication.factor": log.replication_factor,
+        "transaction.state.log.replication.factor": log.replication_factor,
+        "transaction.state.log.min.isr": log.min_insync_replicas,
+    }
+    objects: list[dict[str, Any]] = [
+        {
+            "apiVersion": KAFKA[0],
+            "kind": KAFKA[1],
+            "metadata": object_metadata(cluster, namespace, name, generation, uid),
+            "spec": {
+                "kafka": {
+                    "listeners": [
+                        {
+                            "name": "plain",
+                            "port": KAFKA_PORT,
+                            "type": "internal",
+                            "tls": False,
+                            "networkPolicyPeers": [
+                                {"podSelector": {"matchLabels": ray_pod_labels(name)}}
+                            ],
+                        }
+                    ],
+                    "config": {**replication, "auto.create.topics.enable": False},
+                },
+                # The Topic Operator turns the KafkaTopics below into topics.
+                "entityOperator": {"topicOperator": {}},
+            },
+        },
+        {
+            "apiVersion": KAFKA_NODE_POOL[0],
+            "kind": KAFKA_NODE_POOL[1],
+            "metadata": object_metadata(
+                kafka_node_pool_name(name), namespace, name, generation, uid, strimzi
+            ),
+            "spec": {
+                "replicas": log.brokers,
+                "roles": ["controller", "broker"],
+                "storage": storage,
+            },
+        },
+    ]
+    compacted = {
+        "cleanup.policy": "compact",
+        "min.insync.replicas": log.min_insync_replicas,
+        "delete.retention.ms": log.tombstone_retention_hours * 3_600_000,
+    }
+    # Snapshots are not keyed: each publisher deletes the records behind its newest snapshot,
+    # so the topic keeps everything until then (what KafkaLog.ensure_topic creates too).
+    kept_until_truncated = {
+        "cleanup.policy": "delete",
+        "retention.ms": -1,
+        "min.insync.replicas": log.min_insync_replicas,
+    }
+    topics = [
+        (f"{name}-docs", docs_topic(namespace, name), log.docs_partitions, compacted),
+        (
+            f"{name}-chunks-{generation}",
+            chunks_topic(namespace, name, generation),
+            spec.dense.shards,
+            compacted,
+        ),
+        (
+            f"{name}-snapshots-{generation}",
+            snapshots_topic(namespace, name, generation),
+            spec.dense.shards,
+            kept_until_truncated,
+        ),
+    ]
+    for object_name, topic, partitions, config in topics:
+        objects.append(
+            {
+                "apiVersion": KAFKA_TOPIC[0],
+                "kind": KAFKA_TOPIC[1],
+                "metadata": object_metadata(object_name, namespace, name, generation, uid, strimzi),
+                "spec": {
+                    "topicName": topic,
+                    "partitions": partitions,
+                    "replicas": log.replication_factor,
+                    "config": config,
+                },
+            }
+        )
+    return objects

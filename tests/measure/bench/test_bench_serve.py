@@ -1,0 +1,172 @@
+"""`bench serve`'s runners on tiny inputs: the query sets, the stage breakdown, the saturation
+decision, the memory count, and the Elasticsearch peer request ranking as tantivy does.
+
+Shapes and decisions only, never wall-clock figures (benchmarks are not tests).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ragindex.app.serve.data_plane import DEFAULT_NAMESPACE, ensure_topics, open_log
+from ragindex.app.serve_cli import APP_NAME
+from ragindex.config import RagIndexSpec
+from ragindex.errors import InvalidInput
+from ragindex.ingest.worker import IngestWorker
+from ragindex.lexical import TantivyIndex
+from ragindex.lexical.view import LexicalView
+from ragindex.measure.bench.load import saturation_qps
+from ragindex.measure.bench.peer import (
+    ES_ALIAS,
+    es_bm25_request,
+    fill_elasticsearch,
+    overlap_at_k,
+)
+from ragindex.measure.bench.serve import run_bench_serve
+from ragindex.measure.bench.serve_corpus import unique_queries
+from ragindex.measure.bench.serve_ingest import INGEST_DOCS, ingest_texts, median_round
+from ragindex.measure.bench.serve_probes import HttpSample, server_timing_ms, stage_breakdown
+from ragindex.measure.servers.elasticsearch import EsServer
+from ragindex.measure.stats import missed_goals
+from ragindex.protocols import Embedder
+from ragindex.records import doc_key, encode_document
+from ragindex.topics import partition_for_key, plane_topics
+from ragindex.types import Document
+
+from .conftest import TINY_DOCS, TINY_QUERIES
+
+
+def test_query_sets_are_unique_and_disjoint() -> None:
+    rng = np.random.default_rng(3)
+    taken: set[str] = set()
+    warmup = unique_queries(rng, 20, taken)
+    timed = unique_queries(rng, 200, taken)
+    assert len(set(warmup)) == 20 and len(set(timed)) == 200
+    assert not set(warmup) & set(timed)
+    assert taken == set(warmup) | set(timed)
+
+
+def test_bad_options_are_refused_before_anything_starts(tmp_path: Path) -> None:
+    with pytest.raises(InvalidInput, match="--shard-replicas must be at least 1, got 0"):
+        run_bench_serve(1_000, tmp_path / "fresh", 1, shard_replicas=0)
+    with pytest.raises(InvalidInput, match="--chunks must be at least"):
+        run_bench_serve(10, tmp_path / "fresh", 1)
+    assert not (tmp_path / "fresh").exists()
+
+
+def test_server_timing_reads_the_named_metric() -> None:
+    assert server_timing_ms("db;dur=2, app;dur=12.5") == 12.5
+    assert server_timing_ms("app;desc=x;dur=3") == 3.0
+    assert np.isnan(server_timing_ms(""))
+
+
+def test_stage_breakdown_splits_what_http_adds() -> None:
+    samples = [
+        HttpSample(20.0, 14.0, {"embed": 8.0, "dense": 1.0, "fetch": 1.0}),
+        HttpSample(30.0, 18.0, {"embed": 10.0, "dense": 2.0, "fetch": 1.0}),
+        HttpSample(25.0, 16.0, {"embed": 9.0, "dense": 1.5, "fetch": 1.5}),
+    ]
+    out = stage_breakdown(samples)
+    assert out["embed_ms"] == 9.0 and out["dense_ms"] == 1.5
+    assert out["engine_ms"] == 12.0
+    assert out["http_overhead_ms"] == 13.0  # totals minus engines: 10, 17, 13
+    assert out["replica_framework_ms"] == 4.0  # replica minus engine: 4, 5, 4
+    assert out["proxy_and_network_ms"] == 9.0  # totals minus replica: 6, 12, 9
+
+
+def test_stage_breakdown_counts_overlapped_legs_once() -> None:
+    """With the BM25 leg beside embed + dense, the engine's time is their wall time plus the
+    stages after them, not the sum of every stage."""
+    stages = {"embed": 5.0, "dense": 6.0, "lexical": 4.0, "legs_wall": 11.5, "fusion": 0.5}
+    out = stage_breakdown([HttpSample(20.0, 14.0, stages)])
+    assert out["legs_wall_ms"] == 11.5 and out["lexical_ms"] == 4.0
+    assert out["engine_ms"] == 12.0
+    assert out["http_overhead_ms"] == 8.0 and out["replica_framework_ms"] == 2.0
+
+
+def test_saturation_is_the_best_throughput_before_p99_passes_the_bound() -> None:
+    levels = [
+        {"qps": 40.0, "p99_ms": 30.0},
+        {"qps": 70.0, "p99_ms": 38.0},
+        {"qps": 75.0, "p99_ms": 55.0},
+    ]
+    assert saturation_qps(levels, 40.0) == 70.0
+    assert saturation_qps(levels[2:], 40.0) is None
+
+
+def test_the_reported_ingest_round_is_the_median_one() -> None:
+    rounds = [{"ratio": r, "n": n} for n, r in enumerate([0.91, 0.79, 0.84])]
+    assert median_round(rounds)["n"] == 2
+    assert median_round(rounds[:2])["n"] == 1  # an even count: the lower middle
+    assert median_round(rounds[:1])["n"] == 0
+
+
+def test_ingest_rounds_are_new_documents_each_round() -> None:
+    rng = np.random.default_rng(0)
+    sets = [ingest_texts(rng, n) for n in range(3)]
+    assert all(len(t) == INGEST_DOCS for t in sets)
+    assert len({text for t in sets for text in t}) == 3 * INGEST_DOCS
+
+
+def test_strict_goal_misses_at_the_bound() -> None:
+    goals = {"ratio": ("<", 1.0)}
+    assert missed_goals({"ratio": 0.9}, goals) == []
+    assert missed_goals({"ratio": 1.0}, goals) == ["ratio: 1.0 misses the goal < 1.0"]
+
+
+def test_overlap_at_k() -> None:
+    assert overlap_at_k(["a", "b"], ["b", "c"]) == 0.5
+    assert overlap_at_k([], []) == 1.0
+
+
+@pytest.mark.elasticsearch
+def test_the_peer_request_ranks_as_the_tantivy_view(
+    tmp_path: Path, minilm: Embedder, es_server: EsServer
+) -> None:
+    """Like for like: Elasticsearch, filled from the same log as the Router's tantivy view,
+    answers the benchmark's `_search` with the same hits as the view."""
+    import httpx
+
+    spec = RagIndexSpec()
+    topics = plane_topics(spec, APP_NAME, DEFAULT_NAMESPACE)
+    log = open_log(tmp_path)
+    try:
+        ensure_topics(log, topics)
+        records = []
+        for doc_id, (title, text) in TINY_DOCS.items():
+            if not text:
+                continue
+            key = doc_key("bench", "tiny", doc_id)
+            doc = Document("tiny", doc_id, title, text)
+            records.append(
+                (partition_for_key(key, topics.docs_partitions), key, encode_document(doc))
+            )
+        log.append(topics.docs, records)
+        worker = IngestWorker(log, topics, minilm, spec.chunking, range(topics.docs_partitions))
+        while worker.poll():
+            pass
+        es = fill_elasticsearch(
+            es_server.url, log, topics.chunks, topics.shards, spec, tmp_path / "es.json"
+        )
+        tantivy = TantivyIndex.open(tmp_path / "tantivy")
+        LexicalView(log, topics.chunks, topics.shards, tantivy, tmp_path / "tv.json").catch_up()
+        try:
+            with httpx.Client(base_url=es_server.url) as client:
+                for query in TINY_QUERIES.values():
+                    body = es_bm25_request(query, "bench", spec)
+                    hits = client.post(f"/{ES_ALIAS}/_search", json=body).json()["hits"]["hits"]
+                    theirs = [h["_source"]["chunk_id"] for h in hits]
+                    ours = [h.chunk_id for h in tantivy.search(query, 10, "bench")]
+                    # the same hits and the same best one (stop-word-only matches may tie
+                    # and tie in another order)
+                    assert theirs and set(theirs) == set(ours), query
+                    assert theirs[0] == ours[0], query
+        finally:
+            tantivy.close()
+            es.drop()
+            es.close()
+    finally:
+        log.close()
