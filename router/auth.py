@@ -216,6 +216,15 @@ def validate_description(value: str | None) -> str | None:
     return value
 
 
+def _informational_time(value: Any) -> datetime | None:
+    """`created`, which grants nothing: unreadable is unknown, not a corrupt file (`expires`,
+    which does, must parse)."""
+    try:
+        return parse_timestamp(value, "created") if value is not None else None
+    except InvalidInput:
+        return None
+
+
 def _record(digest: str, entry: Any) -> TokenRecord:
     if not isinstance(entry, dict):
         raise TypeError(f"entry {digest[:8]}... is not an object")
@@ -230,7 +239,7 @@ def _record(digest: str, entry: Any) -> TokenRecord:
         id=token_id,
         tenant=validate_tenant(entry["tenant"]),
         principals=tuple(sorted({validate_principal(p) for p in principals})),
-        created=parse_timestamp(created, "created") if created is not None else None,
+        created=_informational_time(created),
         expires=parse_timestamp(expires, "expires") if expires is not None else None,
         name=validate_name(entry.get("name")),
         description=validate_description(entry.get("description")),

@@ -131,7 +131,7 @@ LEGACY_FILE = {
             "created": "2026-01-05T10:00:00+00:00",
             "note": "kept as is",
         },
-        hash_token("bare"): {"tenant": "globex"},
+        hash_token("bare"): {"tenant": "globex", "created": "last tuesday"},
     }
 }
 
