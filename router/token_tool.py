@@ -42,7 +42,7 @@ from ragindex.router.auth import (
 STDIO = "-"
 PROPAGATION_NOTE = (
     "a server reading this file refuses it from its next request (on Kubernetes, once the"
-    " kubelet has updated the mounted Secret: about a minute)"
+    " kubelet has updated the mounted Secret: within about a minute and a half)"
 )
 
 
