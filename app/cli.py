@@ -227,19 +227,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8000)
     p.set_defaults(run=lazy("ragindex.app.serve_cli", "serve_command"))
 
-    p = sub.add_parser("token", help="API tokens")
-    tokens = p.add_subparsers(dest="token_command", required=True)
-    t = tokens.add_parser("create", help="mint a token bound to one tenant and its principals")
-    t.add_argument("--tenant", required=True)
-    t.add_argument(
-        "--principal",
-        action="append",
-        default=[],
-        help="user:<name>, group:<name> or role:<name> the token reads as (repeatable); without"
-        " any, the token reads only documents that have no ACL",
-    )
-    t.add_argument("--data-dir", type=Path)
-    t.set_defaults(run=lazy("ragindex.app.serve_cli", "token_create_command"))
+    from ragindex.router.token_tool import add_token_commands  # standard library only
+
+    p = sub.add_parser("token", help="API tokens: create (with expiry), list, revoke")
+    for t in add_token_commands(p.add_subparsers(dest="token_command", required=True)):
+        t.add_argument("--data-dir", type=Path)
+        t.set_defaults(run=lazy("ragindex.app.token_cli", "token_command"))
 
     p = sub.add_parser("demo", help="the main job: serve, ingest Cranfield, show cited hits")
     p.add_argument("--data-dir", type=Path, help="default: a fresh temporary directory")

@@ -1,4 +1,4 @@
-"""`ragindex serve` and `ragindex token create`.
+"""`ragindex serve`.
 
 `serve` starts a local Ray (2 CPUs; without Ray's dashboard, whose processes held a third of
 the runtime's memory and which nothing here needs: `RAGINDEX_DASHBOARD=1` starts it on
@@ -28,7 +28,6 @@ from typing import Any
 
 from ragindex.errors import InvalidInput
 from ragindex.netutil import free_port
-from ragindex.router.auth import create_token
 from ragindex.serve_config import Runtime
 
 APP_NAME = "ragindex"
@@ -252,19 +251,6 @@ def serve_command(args: argparse.Namespace) -> int:
         print(f"ragindex: {why}: shutting down", flush=True)
     finally:
         stop_local()
-    return 0
-
-
-def token_create_command(args: argparse.Namespace) -> int:
-    """Mint a token bound to one tenant and its principals; the token is the last line printed."""
-    data_dir = Path(args.data_dir).resolve()
-    token = create_token(data_dir, args.tenant, args.principal)
-    principals = ", ".join(sorted(set(args.principal))) or "none: documents without an ACL only"
-    print(
-        f"token for tenant {args.tenant!r}, principals {principals}"
-        f" (stored hashed in {data_dir}/tokens.json):"
-    )
-    print(token)
     return 0
 
 

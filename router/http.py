@@ -49,7 +49,7 @@ from ragindex.router.api_models import (
     UpsertRequest,
     hit_out,
 )
-from ragindex.router.auth import Grant, TokenVerifier
+from ragindex.router.auth import Grant, TokenRefused, TokenVerifier
 from ragindex.router.limits import TenantLimiter
 from ragindex.router.middleware import BodyLimit, Metrics
 from ragindex.router.query import Access, SearchResult
@@ -153,7 +153,7 @@ READ_ERRORS: dict[int | str, dict[str, Any]] = {
 }
 AUTH_ERRORS: dict[int | str, dict[str, Any]] = {
     401: _error(
-        "Missing or unknown bearer token.",
+        "Missing, unknown (never issued or revoked) or expired bearer token (says which).",
         {"WWW-Authenticate": {"description": "Bearer", "schema": {"type": "string"}}},
     ),
     429: _error("The tenant is over its concurrency or rate limit.", RETRY_AFTER),
@@ -233,13 +233,12 @@ def create_app(
     ) -> AsyncIterator[Grant]:
         """The caller's grant (tenant and principals), admitted by its tenant's limits for the
         length of the request."""
-        found = verifier.grant_for(credentials.credentials) if credentials else None
-        if found is None:
+        try:
+            found = verifier.check(credentials.credentials if credentials else None)
+        except TokenRefused as refused:
             raise HTTPException(
-                status_code=401,
-                detail="missing or unknown bearer token",
-                headers={"WWW-Authenticate": "Bearer"},
-            )
+                status_code=401, detail=str(refused), headers={"WWW-Authenticate": "Bearer"}
+            ) from None
         admission = limiter.admit(found.tenant, clock())
         if not admission.admitted:
             raise HTTPException(

@@ -328,6 +328,11 @@ def test_secrets_reach_pods_only_by_reference_and_only_when_named() -> None:
     for template in pods(objects):
         secrets = [v["secret"]["secretName"] for v in template["spec"]["volumes"] if "secret" in v]
         assert secrets == ["tokens"]
+        # The whole Secret is mounted, never a subPath: the kubelet then updates the mounted
+        # tokens.json when the Secret changes, so a minted or revoked token reaches the Router.
+        mounts = [m for c in template["spec"]["containers"] for m in c.get("volumeMounts", [])]
+        auth = [m for m in mounts if m["mountPath"] == "/etc/ragindex/auth"]
+        assert auth and all("subPath" not in m and m["readOnly"] for m in auth)
 
 
 def test_ray_pods_are_locked_down_and_ray_auth_is_on() -> None:
