@@ -19,11 +19,15 @@ One process writes a log directory at a time (an exclusive lock taken at its fir
 clear `LogLocked` for a second writer); any number of processes read and tail it.
 A write that fails midway (disk full, file too large) is cut back to the last committed record
 before the error is raised, so nothing acknowledged later can sit behind a torn record; if even
-the cut fails, the writer fences itself and refuses writes until the log is reopened.
+the cut fails (or the commit's directory fsync does), the writer fences itself: each later write,
+and each `writer_problem` check (/readyz), first reopens it as a restart would (fsync the
+directory, re-read the committed state, cut every open partition back to it), and it stays
+fenced, saying why, only while that fails.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import fcntl
 import itertools
@@ -204,10 +208,19 @@ class FileLog:
 
     # -- writing (the one writer process) ------------------------------------------------
 
+    def writer_problem(self) -> str | None:
+        """Why this writer refuses writes now (fenced, and reopening failed), or None; a fenced
+        writer is reopened first."""
+        with self._mutex:
+            if self._fenced and self._lock_fd is not None:
+                with contextlib.suppress(BackendUnavailable):
+                    self._reopen()
+            return self._fenced
+
     def _writable(self) -> None:
-        """Take the writer lock on first use; refuse writes once fenced."""
+        """Take the writer lock on first use; reopen a fenced writer (or refuse the write)."""
         if self._fenced:
-            raise BackendUnavailable(self._fenced)
+            self._reopen()
         if self._lock_fd is not None:
             return
         fd = os.open(self.directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
@@ -221,6 +234,26 @@ class FileLog:
             ) from None
         self._lock_fd = fd
         self._state = self._read_state()
+
+    def _reopen(self) -> None:
+        """Recover a fenced writer as a restart would: settle the last commit's directory entry,
+        re-read the committed state and cut every open partition back to it. Stays fenced,
+        with the reason, if the disk still fails."""
+        reopen = list(self._active)
+        for act in self._active.values():
+            with contextlib.suppress(OSError):
+                os.close(act.fd)
+        self._active.clear()
+        try:
+            seg.fsync_dir(self.directory)
+            self._state = self._read_state()
+            for topic, partition in reopen:
+                if _pkey(topic, partition) in self._state["partitions"]:
+                    self._open_active(topic, partition)
+        except OSError as e:
+            self._fenced = f"{self.directory}: the log writer is fenced and could not reopen: {e}"
+            raise BackendUnavailable(self._fenced) from e
+        self._fenced = None
 
     def _open_active(self, topic: str, partition: int) -> _Active:
         """The partition's tail segment, cut back to the committed end (recovery) on first use."""
@@ -240,16 +273,20 @@ class FileLog:
             found = [(end, path)]
         base, path = found[-1]
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        valid = 0
-        with open(path, "rb") as f:
-            for record, pos in _records_from(f, 0, partition):
-                if record.offset >= end:
-                    break
-                valid = pos
-        if os.fstat(fd).st_size != valid:  # uncommitted or torn bytes: never build on them
-            os.ftruncate(fd, valid)
-        os.fsync(fd)
-        seg.fsync_dir(directory)
+        try:
+            valid = 0
+            with open(path, "rb") as f:
+                for record, pos in _records_from(f, 0, partition):
+                    if record.offset >= end:
+                        break
+                    valid = pos
+            if os.fstat(fd).st_size != valid:  # uncommitted or torn bytes: never build on them
+                os.ftruncate(fd, valid)
+            os.fsync(fd)
+            seg.fsync_dir(directory)
+        except BaseException:
+            os.close(fd)
+            raise
         act = _Active(base, path, fd, valid)
         self._active[(topic, partition)] = act
         return act
@@ -277,7 +314,7 @@ class FileLog:
         except OSError as e:
             self._fenced = (
                 f"{self.directory}: the log writer is fenced: a failed write could not be cut "
-                f"back ({e}); reopen the log to recover"
+                f"back ({e}); it reopens at the next write"
             )
 
     def _commit(self, state: dict[str, Any], touched: list[tuple[_Active, int]]) -> None:

@@ -489,6 +489,9 @@ class KafkaLog:
                 pass
         self._producers.pop(transactional_id, None)
 
+    def writer_problem(self) -> str | None:
+        return None  # a failed write's producer is replaced by the next write's
+
     def truncate(self, topic: str, partition: int, before_offset: int) -> None:
         end = self.end_offset(topic, partition)
         if not isinstance(before_offset, int) or not 0 <= before_offset <= end:

@@ -171,4 +171,10 @@ class Log(Protocol):
         not grow without bound; InvalidInput past the end offset."""
         ...
 
+    def writer_problem(self) -> str | None:
+        """Why this writer refuses every write now, or None (for readiness): the file log's
+        fenced writer that could not reopen (the check tries); Kafka starts a new producer per
+        failed write, so None (an unreachable broker shows in reads)."""
+        ...
+
     def close(self) -> None: ...
