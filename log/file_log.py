@@ -95,6 +95,7 @@ class FileLog:
         self._active: dict[tuple[str, int], _Active] = {}
         self._fenced: str | None = None
         self._positions: dict[tuple[str, int], _ReadPosition] = {}
+        self._compacted_bytes: dict[tuple[str, int], int] = {}  # size after the last compaction
 
     # -- reading (any process) -----------------------------------------------------------
 
@@ -301,7 +302,10 @@ class FileLog:
         new = _Active(end, path, fd, 0)
         self._active[(topic, partition)] = new
         if compact and self._state["topics"][topic]["compacted"]:
-            self._compact_locked(topic, partition)
+            size = _partition_bytes(act.path.parent)
+            last = self._compacted_bytes.setdefault((topic, partition), size)
+            if compaction_due(size, last, self.segment_bytes):
+                self._compact_locked(topic, partition)
         return new
 
     def _cut_back(self, touched: list[tuple[_Active, int]]) -> None:
@@ -382,6 +386,7 @@ class FileLog:
                 if act is not None:
                     os.close(act.fd)
                 self._positions.pop((topic, p), None)
+                self._compacted_bytes.pop((topic, p), None)
             shutil.rmtree(self.directory / topic, ignore_errors=True)
             seg.fsync_dir(self.directory)
 
@@ -467,7 +472,8 @@ class FileLog:
     def compact(self, topic: str, partition: int) -> int:
         """Seal the partition's tail segment, then keep only the newest record of every key
         (a tombstone included) of a compacted topic; offsets never change. Returns how many
-        records were dropped. The writer also compacts whenever it rolls a segment by size."""
+        records were dropped. The writer also compacts when it rolls a segment, once the
+        partition doubled since its last compaction (`compaction_due`)."""
         with self._mutex:
             self._writable()
             if not self._topic(self._state, topic)["compacted"]:
@@ -479,6 +485,12 @@ class FileLog:
             return self._compact_locked(topic, partition)
 
     def _compact_locked(self, topic: str, partition: int) -> int:
+        dropped = self._compact_sealed(topic, partition)
+        directory = self.directory / topic / str(partition)
+        self._compacted_bytes[(topic, partition)] = _partition_bytes(directory)
+        return dropped
+
+    def _compact_sealed(self, topic: str, partition: int) -> int:
         self._open_active(topic, partition)
         end = self._state["partitions"][_pkey(topic, partition)]["end"]
         found = seg.segments(self.directory / topic / str(partition))
@@ -534,6 +546,18 @@ class FileLog:
             if self._lock_fd is not None:
                 os.close(self._lock_fd)
                 self._lock_fd = None
+
+
+def compaction_due(size: int, compacted_size: int, segment_bytes: int) -> bool:
+    """Whether a roll should compact a partition of `size` bytes that held `compacted_size`
+    after its last compaction: once it doubled (Kafka's default dirty ratio, 0.5). A
+    compaction reads the whole partition, so compacting at every roll made each append's I/O
+    grow with the partition; this way every byte is read a bounded number of times."""
+    return size >= 2 * max(compacted_size, segment_bytes)
+
+
+def _partition_bytes(directory: Path) -> int:
+    return sum(path.stat().st_size for _, path in seg.segments(directory))
 
 
 def _unavailable(directory: Path, error: BaseException) -> BaseException:

@@ -195,6 +195,29 @@ def test_segments_roll_compact_and_truncate_on_disk(tmp_path: Path) -> None:
     log.close()
 
 
+def _bytes_read_by_this_process() -> int:
+    """Bytes this process read through read(2) and the like so far (Linux's rchar)."""
+    io = dict(line.split(": ") for line in Path("/proc/self/io").read_text().splitlines())
+    return int(io["rchar"])
+
+
+def test_appends_read_a_bounded_multiple_of_the_partition_however_long_it_grows(
+    tmp_path: Path,
+) -> None:
+    """Every roll of a compacted partition used to reread the whole partition twice to
+    compact it: the I/O of an append grew with the partition, quadratic over its life."""
+    log = FileLog(tmp_path, segment_bytes=4096)
+    log.ensure_topic("t", 1, compacted=True)
+    before = _bytes_read_by_this_process()
+    for i in range(2000):  # ~470 KB in ~115 segments, every key distinct: nothing to drop
+        log.append("t", [(0, f"key{i}".encode(), b"v" * 200)])
+    read = _bytes_read_by_this_process() - before
+    size = sum(path.stat().st_size for _, path in seg.segments(tmp_path / "t" / "0"))
+    assert read < 8 * size, f"appends read {read} bytes of a {size}-byte partition"
+    assert len(read_all(log, "t", 0)) == 2000
+    log.close()
+
+
 _EFBIG_SCRIPT = """
 import resource, sys
 from pathlib import Path
