@@ -72,6 +72,12 @@ class LexicalIndex(Protocol):
 
     def count(self, tenant_id: str) -> int: ...
 
+    def location(self) -> str:
+        """Which store holds the documents, as exactly as the backend can say (Elasticsearch:
+        the concrete index and its UUID, so an index made again counts as another): offsets
+        applied to one location say nothing about another."""
+        ...
+
     def close(self) -> None: ...
 
 

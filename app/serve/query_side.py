@@ -364,6 +364,9 @@ class RemoteLexical:
     def count(self, tenant_id: str) -> int:
         return int(failover.call(partial(self.handle.count.remote, tenant_id)))
 
+    def location(self) -> str:
+        return "the Lexical deployment's replicas (each keeps its own offsets)"
+
     def close(self) -> None:
         return None
 
