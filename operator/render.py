@@ -44,7 +44,7 @@ from ragindex.serve_config import (
     render_serve_config,
     to_yaml,
 )
-from ragindex.topics import chunks_topic, docs_topic, snapshots_topic
+from ragindex.topics import MAX_MESSAGE_BYTES, chunks_topic, docs_topic, snapshots_topic
 
 FIELD_MANAGER = "ragindex-operator"
 LABEL_INDEX = f"{GROUP}/index"
@@ -651,6 +651,7 @@ def render_managed_log(
         "cleanup.policy": "compact",
         "min.insync.replicas": log.min_insync_replicas,
         "delete.retention.ms": log.tombstone_retention_hours * 3_600_000,
+        "max.message.bytes": MAX_MESSAGE_BYTES,  # the documents the API takes
     }
     # Snapshots are not keyed: each publisher deletes the records behind its newest snapshot,
     # so the topic keeps everything until then (what KafkaLog.ensure_topic creates too).
@@ -658,6 +659,7 @@ def render_managed_log(
         "cleanup.policy": "delete",
         "retention.ms": -1,
         "min.insync.replicas": log.min_insync_replicas,
+        "max.message.bytes": MAX_MESSAGE_BYTES,
     }
     topics = [
         (f"{name}-docs", docs_topic(namespace, name), log.docs_partitions, compacted),
