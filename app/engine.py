@@ -19,7 +19,7 @@ import yaml
 
 from ragindex.config import RagIndexSpec
 from ragindex.errors import InvalidInput
-from ragindex.generations import index_generation
+from ragindex.generations import index_generation, lexical_alias
 from ragindex.lexical import FieldBoosts, TantivyIndex, TenantIndexes
 from ragindex.lexical.elasticsearch_index import ElasticsearchIndex, make_client
 from ragindex.protocols import LexicalIndex
@@ -56,9 +56,16 @@ LEXICAL_PER_TENANT_DIR = "lexical-per-tenant"
 
 
 def open_lexical(
-    spec: RagIndexSpec, data_dir: Path, identity: ModelIdentity, *, read_only: bool = False
+    spec: RagIndexSpec,
+    data_dir: Path,
+    identity: ModelIdentity,
+    *,
+    namespace: str,
+    name: str,
+    read_only: bool = False,
 ) -> LexicalIndex:
-    """The BM25 leg the spec asks for: tantivy in the data dir, or an Elasticsearch alias.
+    """The BM25 leg the spec asks for: tantivy in the data dir, or the Elasticsearch alias of
+    RagIndex `namespace/name` (`lexical_alias`).
 
     On Elasticsearch the concrete index is named after the index generation (embedder
     identity, dense layout, chunking), so a new generation is built beside the old one; the
@@ -82,7 +89,7 @@ def open_lexical(
         make_client(
             spec.lexical.elasticsearch_url, spec.lexical.request_timeout_s, elasticsearch_auth()
         ),
-        alias=spec.lexical.elasticsearch_alias,
+        alias=lexical_alias(spec, namespace, name),
         generation=index_generation(spec),
         stamp={"embedder": identity.to_dict()},
         timeout_s=spec.lexical.request_timeout_s,

@@ -43,6 +43,7 @@ from ragindex.generations import (
     fail,
     forget,
     index_generation,
+    lexical_alias,
     promote,
     promotion_failures,
     rollback_target,
@@ -196,7 +197,7 @@ def _elasticsearch(spec: RagIndexSpec) -> Iterator[ElasticsearchIndex | None]:
     client = make_client(
         spec.lexical.elasticsearch_url, spec.lexical.request_timeout_s, elasticsearch_auth()
     )
-    index = ElasticsearchIndex(client, spec.lexical.elasticsearch_alias)
+    index = ElasticsearchIndex(client, lexical_alias(spec, DEFAULT_NAMESPACE, APP_NAME))
     try:
         yield index
     finally:

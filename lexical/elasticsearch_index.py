@@ -432,6 +432,19 @@ class ElasticsearchIndex:
                 name=f"{self.alias}-template",
             )
 
+    def location(self) -> str:
+        """The concrete index this object writes and its UUID (new whenever the index is
+        made again); the address is left out: any URL of the same cluster reaches it."""
+        name = self.index_name()
+        found = self._call(
+            "read the index UUID",
+            self._admin_timeout_s,
+            lambda es, **kw: es.indices.get_settings(**kw),
+            index=name,
+            name="index.uuid",
+        )
+        return f"elasticsearch index {name} uuid {found[name]['settings']['index']['uuid']}"
+
     def close(self) -> None:
         """Close the client if this object created it."""
         if self._owns_client:

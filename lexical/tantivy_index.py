@@ -254,6 +254,10 @@ class TantivyIndex:
         result = searcher.search(self._tenant_clause(tenant), limit=1, count=True)
         return int(result.count)  # type: ignore[attr-defined]  # missing from tantivy's stub
 
+    def location(self) -> str:
+        where = self._path.resolve() if self._path is not None else f"memory {id(self)}"
+        return f"tantivy {where}"
+
     def close(self) -> None:
         """Release the writer lock (pending merges finish first); idempotent."""
         with self._lock:

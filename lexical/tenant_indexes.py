@@ -146,6 +146,9 @@ class TenantIndexes:
         for reader in readers:
             reader.reload()
 
+    def location(self) -> str:
+        return f"tantivy per tenant {self.root.resolve()}"
+
     def close(self) -> None:
         """Release every writer lock; idempotent."""
         with self._lock:

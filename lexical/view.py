@@ -3,15 +3,20 @@
 It reads every partition from its stored offsets, upserts chunks and deletes tombstones in
 one bulk call per run, and stores the new offsets (atomically, beside the index) only after
 the index accepted the write. A crash in between re-applies a batch, which is harmless:
-upserts and deletes are idempotent by chunk id. Deleting the offsets file rebuilds the view
-by replay.
+upserts and deletes are idempotent by chunk id. The offsets are stored with the index's
+location (`LexicalIndex.location`): offsets of another location (the backend, the alias or the
+index changed in place), or of none (a file from before locations were stored), restart the
+view from 0, so the new index is backfilled. Deleting the offsets file rebuilds the view by
+replay.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
+from typing import Any
 
 from ragindex.protocols import LexicalIndex, Log
 from ragindex.records import chunk_header, split_chunk_key
@@ -21,6 +26,17 @@ from ragindex.types import Chunk, LogRecord
 # ~0.5 s on tantivy at 100 k chunks, so a replay from 0 commits every 50 k records (~75 MB
 # held at once), not every 2 k.
 BULK_RECORDS = 50_000
+
+log = logging.getLogger("ragindex.lexical")
+
+
+def offsets_for(stored: dict[str, Any], location: str, partitions: int) -> list[int]:
+    """The offsets to resume from: the stored ones if they were applied to `location`, else
+    zeros (replay everything)."""
+    if stored.get("location") != location:
+        return [0] * partitions
+    applied = stored.get("offsets", {})
+    return [int(applied.get(str(p), 0)) for p in range(partitions)]
 
 
 class LexicalView:
@@ -33,8 +49,17 @@ class LexicalView:
         self.topic = topic
         self.index = index
         self.offsets_path = offsets_path
+        self.location = index.location()
         stored = json.loads(offsets_path.read_text()) if offsets_path.exists() else {}
-        self.offsets = [int(stored.get(str(p), 0)) for p in range(partitions)]
+        self.offsets = offsets_for(stored, self.location, partitions)
+        if stored and stored.get("location") != self.location:
+            log.warning(
+                "the BM25 offsets in %s were applied to %s, not %s: replaying %s from 0",
+                offsets_path,
+                stored.get("location", "an unrecorded index"),
+                self.location,
+                topic,
+            )
 
     def catch_up(self) -> int:
         """Apply what is new in every partition; returns records applied."""
@@ -86,7 +111,8 @@ class LexicalView:
         self.offsets_path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.offsets_path.with_suffix(".tmp")
         with open(tmp, "wb") as f:
-            f.write(json.dumps({str(p): o for p, o in enumerate(self.offsets)}).encode())
+            applied = {str(p): o for p, o in enumerate(self.offsets)}
+            f.write(json.dumps({"location": self.location, "offsets": applied}).encode())
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.offsets_path)

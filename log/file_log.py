@@ -19,11 +19,15 @@ One process writes a log directory at a time (an exclusive lock taken at its fir
 clear `LogLocked` for a second writer); any number of processes read and tail it.
 A write that fails midway (disk full, file too large) is cut back to the last committed record
 before the error is raised, so nothing acknowledged later can sit behind a torn record; if even
-the cut fails, the writer fences itself and refuses writes until the log is reopened.
+the cut fails (or the commit's directory fsync does), the writer fences itself: each later write,
+and each `writer_problem` check (/readyz), first reopens it as a restart would (fsync the
+directory, re-read the committed state, cut every open partition back to it), and it stays
+fenced, saying why, only while that fails.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import fcntl
 import itertools
@@ -91,6 +95,7 @@ class FileLog:
         self._active: dict[tuple[str, int], _Active] = {}
         self._fenced: str | None = None
         self._positions: dict[tuple[str, int], _ReadPosition] = {}
+        self._compacted_bytes: dict[tuple[str, int], int] = {}  # size after the last compaction
 
     # -- reading (any process) -----------------------------------------------------------
 
@@ -204,10 +209,19 @@ class FileLog:
 
     # -- writing (the one writer process) ------------------------------------------------
 
+    def writer_problem(self) -> str | None:
+        """Why this writer refuses writes now (fenced, and reopening failed), or None; a fenced
+        writer is reopened first."""
+        with self._mutex:
+            if self._fenced and self._lock_fd is not None:
+                with contextlib.suppress(BackendUnavailable):
+                    self._reopen()
+            return self._fenced
+
     def _writable(self) -> None:
-        """Take the writer lock on first use; refuse writes once fenced."""
+        """Take the writer lock on first use; reopen a fenced writer (or refuse the write)."""
         if self._fenced:
-            raise BackendUnavailable(self._fenced)
+            self._reopen()
         if self._lock_fd is not None:
             return
         fd = os.open(self.directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
@@ -221,6 +235,26 @@ class FileLog:
             ) from None
         self._lock_fd = fd
         self._state = self._read_state()
+
+    def _reopen(self) -> None:
+        """Recover a fenced writer as a restart would: settle the last commit's directory entry,
+        re-read the committed state and cut every open partition back to it. Stays fenced,
+        with the reason, if the disk still fails."""
+        reopen = list(self._active)
+        for act in self._active.values():
+            with contextlib.suppress(OSError):
+                os.close(act.fd)
+        self._active.clear()
+        try:
+            seg.fsync_dir(self.directory)
+            self._state = self._read_state()
+            for topic, partition in reopen:
+                if _pkey(topic, partition) in self._state["partitions"]:
+                    self._open_active(topic, partition)
+        except OSError as e:
+            self._fenced = f"{self.directory}: the log writer is fenced and could not reopen: {e}"
+            raise BackendUnavailable(self._fenced) from e
+        self._fenced = None
 
     def _open_active(self, topic: str, partition: int) -> _Active:
         """The partition's tail segment, cut back to the committed end (recovery) on first use."""
@@ -240,16 +274,20 @@ class FileLog:
             found = [(end, path)]
         base, path = found[-1]
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        valid = 0
-        with open(path, "rb") as f:
-            for record, pos in _records_from(f, 0, partition):
-                if record.offset >= end:
-                    break
-                valid = pos
-        if os.fstat(fd).st_size != valid:  # uncommitted or torn bytes: never build on them
-            os.ftruncate(fd, valid)
-        os.fsync(fd)
-        seg.fsync_dir(directory)
+        try:
+            valid = 0
+            with open(path, "rb") as f:
+                for record, pos in _records_from(f, 0, partition):
+                    if record.offset >= end:
+                        break
+                    valid = pos
+            if os.fstat(fd).st_size != valid:  # uncommitted or torn bytes: never build on them
+                os.ftruncate(fd, valid)
+            os.fsync(fd)
+            seg.fsync_dir(directory)
+        except BaseException:
+            os.close(fd)
+            raise
         act = _Active(base, path, fd, valid)
         self._active[(topic, partition)] = act
         return act
@@ -264,7 +302,10 @@ class FileLog:
         new = _Active(end, path, fd, 0)
         self._active[(topic, partition)] = new
         if compact and self._state["topics"][topic]["compacted"]:
-            self._compact_locked(topic, partition)
+            size = _partition_bytes(act.path.parent)
+            last = self._compacted_bytes.setdefault((topic, partition), size)
+            if compaction_due(size, last, self.segment_bytes):
+                self._compact_locked(topic, partition)
         return new
 
     def _cut_back(self, touched: list[tuple[_Active, int]]) -> None:
@@ -277,7 +318,7 @@ class FileLog:
         except OSError as e:
             self._fenced = (
                 f"{self.directory}: the log writer is fenced: a failed write could not be cut "
-                f"back ({e}); reopen the log to recover"
+                f"back ({e}); it reopens at the next write"
             )
 
     def _commit(self, state: dict[str, Any], touched: list[tuple[_Active, int]]) -> None:
@@ -345,6 +386,7 @@ class FileLog:
                 if act is not None:
                     os.close(act.fd)
                 self._positions.pop((topic, p), None)
+                self._compacted_bytes.pop((topic, p), None)
             shutil.rmtree(self.directory / topic, ignore_errors=True)
             seg.fsync_dir(self.directory)
 
@@ -430,7 +472,8 @@ class FileLog:
     def compact(self, topic: str, partition: int) -> int:
         """Seal the partition's tail segment, then keep only the newest record of every key
         (a tombstone included) of a compacted topic; offsets never change. Returns how many
-        records were dropped. The writer also compacts whenever it rolls a segment by size."""
+        records were dropped. The writer also compacts when it rolls a segment, once the
+        partition doubled since its last compaction (`compaction_due`)."""
         with self._mutex:
             self._writable()
             if not self._topic(self._state, topic)["compacted"]:
@@ -442,6 +485,12 @@ class FileLog:
             return self._compact_locked(topic, partition)
 
     def _compact_locked(self, topic: str, partition: int) -> int:
+        dropped = self._compact_sealed(topic, partition)
+        directory = self.directory / topic / str(partition)
+        self._compacted_bytes[(topic, partition)] = _partition_bytes(directory)
+        return dropped
+
+    def _compact_sealed(self, topic: str, partition: int) -> int:
         self._open_active(topic, partition)
         end = self._state["partitions"][_pkey(topic, partition)]["end"]
         found = seg.segments(self.directory / topic / str(partition))
@@ -497,6 +546,18 @@ class FileLog:
             if self._lock_fd is not None:
                 os.close(self._lock_fd)
                 self._lock_fd = None
+
+
+def compaction_due(size: int, compacted_size: int, segment_bytes: int) -> bool:
+    """Whether a roll should compact a partition of `size` bytes that held `compacted_size`
+    after its last compaction: once it doubled (Kafka's default dirty ratio, 0.5). A
+    compaction reads the whole partition, so compacting at every roll made each append's I/O
+    grow with the partition; this way every byte is read a bounded number of times."""
+    return size >= 2 * max(compacted_size, segment_bytes)
+
+
+def _partition_bytes(directory: Path) -> int:
+    return sum(path.stat().st_size for _, path in seg.segments(directory))
 
 
 def _unavailable(directory: Path, error: BaseException) -> BaseException:

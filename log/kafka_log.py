@@ -26,6 +26,10 @@
 - Topics are created through the AdminClient; compacted ones with `cleanup.policy=compact`,
   the others keep every record (`retention.ms=-1`) until `truncate` deletes records before an
   offset. A broker that does not answer within `timeout_s` gives `BackendUnavailable`.
+- Records up to `MAX_RECORD_BYTES` (ragindex.topics: the API's limit on a document) are taken:
+  the producer's `message.max.bytes` and every topic's `max.message.bytes` are
+  `MAX_MESSAGE_BYTES` (`ensure_topic` raises it on a topic made with less, e.g. Kafka's 1 MB
+  default); a record the broker still refuses as too large is `TooLarge`, never retried.
 """
 
 from __future__ import annotations
@@ -46,9 +50,15 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+)
 
-from ragindex.errors import BackendUnavailable, InvalidInput, OffsetOutOfRange
+from ragindex.errors import BackendUnavailable, InvalidInput, OffsetOutOfRange, TooLarge
 from ragindex.log.kafka_calls import (
     FENCED_ERRORS,
     OUT_OF_RANGE_ERRORS,
@@ -63,6 +73,7 @@ from ragindex.log.kafka_calls import (
 )
 from ragindex.log.validation import check_consumed, check_records, check_topic_name
 from ragindex.protocols import WriterFenced
+from ragindex.topics import MAX_MESSAGE_BYTES, MAX_RECORD_BYTES
 from ragindex.types import LogRecord
 
 log = logging.getLogger("ragindex.log")
@@ -156,6 +167,7 @@ class KafkaLog:
                 "enable.idempotence": True,
                 "acks": "all",
                 "linger.ms": 5,
+                "message.max.bytes": MAX_MESSAGE_BYTES,
                 "message.timeout.ms": int(self.timeout_s * 1000),
                 # A writer that dies mid-transaction holds back readers (the LSO) until the
                 # broker aborts it: keep that short, above the delivery timeout it must exceed.
@@ -234,13 +246,26 @@ class KafkaLog:
             and all(p.leader >= 0 and p.error is None for p in found.partitions.values())
         )
 
-    def _is_compacted(self, topic: str) -> bool:
+    def _topic_config(self, topic: str) -> dict[str, Any]:
         resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
         try:
             configs = self._admin.describe_configs([resource])[resource].result(self.timeout_s)
         except KafkaException as e:
             raise self._unavailable(f"read the config of topic {topic}", e) from e
-        return "compact" in str(configs["cleanup.policy"].value)
+        return {name: entry.value for name, entry in configs.items()}
+
+    def _take_records_of_max_size(self, topic: str) -> None:
+        """Set the topic's max.message.bytes to MAX_MESSAGE_BYTES."""
+        entry = ConfigEntry(
+            "max.message.bytes",
+            str(MAX_MESSAGE_BYTES),
+            incremental_operation=AlterConfigOpType.SET,
+        )
+        resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[entry])
+        try:
+            self._admin.incremental_alter_configs([resource])[resource].result(self.timeout_s)
+        except KafkaException as e:
+            raise self._unavailable(f"raise max.message.bytes of topic {topic}", e) from e
 
     def ensure_topic(self, topic: str, partitions: int, *, compacted: bool) -> None:
         if not isinstance(partitions, int) or partitions < 1:
@@ -248,6 +273,7 @@ class KafkaLog:
         existing = self._describe(topic)
         if existing is None:
             config = {"cleanup.policy": "compact"} if compacted else {"retention.ms": "-1"}
+            config["max.message.bytes"] = str(MAX_MESSAGE_BYTES)
             new = NewTopic(
                 topic, partitions, self.replication_factor, config={**config, **self.topic_config}
             )
@@ -263,12 +289,15 @@ class KafkaLog:
             existing = self._describe(topic)
             if existing is None or not self._has_leaders(topic):
                 raise self._unavailable(f"see leaders for the new topic {topic}", TimeoutError())
-        compacted_now = self._is_compacted(topic)
+        config = self._topic_config(topic)
+        compacted_now = "compact" in str(config["cleanup.policy"])
         if existing != partitions or compacted_now != compacted:
             raise InvalidInput(
                 f"topic {topic} exists with {existing} partitions (compacted={compacted_now}), "
                 f"not {partitions} (compacted={compacted})"
             )
+        if int(config["max.message.bytes"]) < MAX_MESSAGE_BYTES:  # made before ragindex set it
+            self._take_records_of_max_size(topic)
 
     def delete_topic(self, topic: str) -> None:
         if self._describe(topic) is None:
@@ -359,6 +388,13 @@ class KafkaLog:
                     raise WriterFenced(
                         f"transactional id {transactional_id} was taken over by a newer writer: {e}"
                     ) from e
+                if error is not None and error.code() == KafkaError.MSG_SIZE_TOO_LARGE:
+                    raise TooLarge(
+                        f"Kafka refused a record of {topic} as too large ({e}); ragindex writes"
+                        f" records up to {MAX_RECORD_BYTES} bytes, so the topic's"
+                        f" max.message.bytes must be at least {MAX_MESSAGE_BYTES}; nothing of"
+                        " the write is visible"
+                    ) from e
                 raise self._unavailable("commit the write (nothing of it is visible)", e) from e
         self._await_stable(topic, records, offsets)
         return offsets
@@ -432,6 +468,9 @@ class KafkaLog:
             except KafkaException:
                 pass
         self._producers.pop(transactional_id, None)
+
+    def writer_problem(self) -> str | None:
+        return None  # a failed write's producer is replaced by the next write's
 
     def truncate(self, topic: str, partition: int, before_offset: int) -> None:
         end = self.end_offset(topic, partition)

@@ -38,7 +38,7 @@ from pydantic import ValidationError
 
 from ragindex.config import RagIndexSpec
 from ragindex.errors import InvalidInput
-from ragindex.generations import index_generation, lexical_index_name
+from ragindex.generations import index_generation, lexical_alias, lexical_index_name
 from ragindex.operator import apply, local_runtime
 from ragindex.operator.crd import GROUP, PLURAL, VERSION
 from ragindex.operator.generation_io import read_build_report, switch_read_alias
@@ -348,7 +348,7 @@ class RagIndexOperator:
                 self.kube, namespace, elasticsearch_password_secret(name), "elastic"
             )
             auth = ("elastic", password)
-        alias = spec.lexical.elasticsearch_alias
+        alias = lexical_alias(spec, namespace, name)
         await switch_read_alias(url, alias, lexical_index_name(alias, generation), auth)
 
     def _local_data_dir(self, namespace: str, name: str, generation: str) -> str:

@@ -17,7 +17,7 @@ from ragindex.operator.objects import (
     object_metadata,
     ray_pod_labels,
 )
-from ragindex.topics import chunks_topic, docs_topic, snapshots_topic
+from ragindex.topics import MAX_MESSAGE_BYTES, chunks_topic, docs_topic, snapshots_topic
 
 
 def render_managed_log(
@@ -89,12 +89,14 @@ def render_managed_log(
         "cleanup.policy": "compact",
         "min.insync.replicas": log.min_insync_replicas,
         "delete.retention.ms": log.tombstone_retention_hours * 3_600_000,
+        "max.message.bytes": MAX_MESSAGE_BYTES,  # the documents the API takes
     }
     # Snapshots are not keyed: each publisher deletes the records behind its newest snapshot,
     # so the topic keeps everything until then (what KafkaLog.ensure_topic creates too).
     kept_until_truncated = {
         "cleanup.policy": "delete",
         "retention.ms": -1,
+        "max.message.bytes": MAX_MESSAGE_BYTES,
         "min.insync.replicas": log.min_insync_replicas,
     }
     topics = [

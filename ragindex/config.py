@@ -135,10 +135,12 @@ class LexicalSpec(_Spec):
     elasticsearch_url: str | None = Field(
         None, description="External Elasticsearch URL; unset with backend elasticsearch = managed."
     )
-    elasticsearch_alias: str = Field(
-        "ragindex",
+    elasticsearch_alias: str | None = Field(
+        None,
         pattern=r"^[a-z][a-z0-9_]{0,99}$",
-        description="Alias searched on Elasticsearch; each generation is `<alias>-<generation>`.",
+        description="Alias searched on Elasticsearch; each generation is `<alias>-<generation>`."
+        " Unset: `ragindex_<namespace>_<name>_<hash>`, one per RagIndex, so indexes sharing a"
+        " cluster never meet.",
     )
     managed_nodes: int = Field(
         1, ge=1, le=100, description="Nodes of the managed (ECK) Elasticsearch cluster."

@@ -13,6 +13,11 @@ class InvalidInput(RagIndexError, ValueError):
     """The caller sent something malformed; nothing was changed."""
 
 
+class TooLarge(InvalidInput):
+    """The input is well-formed but larger than the index can store (HTTP 413): e.g. a
+    document over one log record; nothing was changed."""
+
+
 class IdentityMismatch(RagIndexError):
     """A vector was made by a different embedding model identity than the index was built with."""
 

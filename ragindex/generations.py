@@ -18,6 +18,7 @@ that says which generation serves; promotion and rollback are pure functions of 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -369,6 +370,21 @@ def expired(record: GenerationRecord, now: float, window_s: float) -> list[str]:
 
 # ---------------------------------------------------------------------------------------------
 # The BM25 leg on Elasticsearch: one concrete index per generation behind one read alias
+
+
+def lexical_alias(spec: RagIndexSpec, namespace: str, name: str) -> str:
+    """The Elasticsearch read alias of RagIndex `namespace/name`: the spec's, else one of its
+    own (`default_lexical_alias`)."""
+    return spec.lexical.elasticsearch_alias or default_lexical_alias(namespace, name)
+
+
+def default_lexical_alias(namespace: str, name: str) -> str:
+    """`ragindex_<namespace>_<name>_<hash>`: two RagIndexes on one Elasticsearch never share
+    an alias, nor (being `<alias>-<generation>`) an index. Kubernetes names are mapped onto the
+    alias alphabet ('-' and '.' become '_', cut to fit 100 characters), and the hash of the
+    exact pair keeps apart the names that mapping makes equal."""
+    readable = re.sub(r"[^a-z0-9]", "_", f"{namespace}_{name}".lower())[:80]
+    return f"ragindex_{readable}_{content_hash(f'{namespace}/{name}')[:8]}"
 
 
 def lexical_index_name(alias: str, generation: str) -> str:

@@ -72,6 +72,12 @@ class LexicalIndex(Protocol):
 
     def count(self, tenant_id: str) -> int: ...
 
+    def location(self) -> str:
+        """Which store holds the documents, as exactly as the backend can say (Elasticsearch:
+        the concrete index and its UUID, so an index made again counts as another): offsets
+        applied to one location say nothing about another."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -169,6 +175,12 @@ class Log(Protocol):
     def truncate(self, topic: str, partition: int, before_offset: int) -> None:
         """Drop every record before `before_offset` (a snapshot covers them), so the log does
         not grow without bound; InvalidInput past the end offset."""
+        ...
+
+    def writer_problem(self) -> str | None:
+        """Why this writer refuses every write now, or None (for readiness): the file log's
+        fenced writer that could not reopen (the check tries); Kafka starts a new producer per
+        failed write, so None (an unreachable broker shows in reads)."""
         ...
 
     def close(self) -> None: ...

@@ -6,6 +6,8 @@
   JSON header (chunk fields and content hash), then the float32 vector. None deletes the chunk.
 
 Ids cannot contain `/` or `:` (ID_PART_RE, TENANT_RE), so keys split back unambiguously.
+Values are UTF-8 JSON (not ASCII-escaped, which takes 6-12 bytes per non-ASCII character), and
+a `docs` record is at most MAX_RECORD_BYTES, the size every log takes in one record.
 """
 
 from __future__ import annotations
@@ -17,9 +19,9 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from ragindex.errors import InvalidInput
+from ragindex.errors import InvalidInput, TooLarge
 from ragindex.protocols import Vectors
-from ragindex.topics import partition_for_key
+from ragindex.topics import MAX_RECORD_BYTES, partition_for_key
 from ragindex.types import ID_PART_RE, Chunk, Document
 
 _HEADER_LEN = struct.Struct("<I")
@@ -45,7 +47,7 @@ def doc_key(tenant_id: str, source: str, doc_id: str) -> bytes:
 
 
 def encode_document(doc: Document) -> bytes:
-    return json.dumps(asdict(doc), separators=(",", ":")).encode()
+    return json.dumps(asdict(doc), separators=(",", ":"), ensure_ascii=False).encode()
 
 
 DocsRecord = tuple[int, bytes, bytes | None]  # (partition, key, value) of a `docs` record
@@ -55,11 +57,18 @@ def docs_records(
     tenant_id: str, documents: Sequence[Document], partitions: int
 ) -> list[DocsRecord]:
     """The `docs` records that write a tenant's (validated) documents, in order, each in its
-    key's partition."""
+    key's partition; TooLarge, naming the first document over MAX_RECORD_BYTES, for none."""
     records: list[DocsRecord] = []
     for doc in documents:
         key = doc_key(tenant_id, doc.source, doc.doc_id)
-        records.append((partition_for_key(key, partitions), key, encode_document(doc)))
+        value = encode_document(doc)
+        if len(key) + len(value) > MAX_RECORD_BYTES:
+            raise TooLarge(
+                f"document {doc.key} takes {len(key) + len(value)} bytes as a log record (its"
+                f" JSON in UTF-8), more than the limit of {MAX_RECORD_BYTES}: split it; nothing"
+                " of this batch was written"
+            )
+        records.append((partition_for_key(key, partitions), key, value))
     return records
 
 

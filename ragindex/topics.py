@@ -22,6 +22,13 @@ from ragindex.generations import index_generation, ingest_group
 
 PREFIX = "ragindex"
 INGEST_GROUP = "ingest"
+MAX_RECORD_BYTES = 4_000_000
+"""The largest `docs` record (key and value) the API takes (ragindex.records): a document of
+MAX_DOCUMENT_CHARS characters fits in any script but the astral planes (emoji: 4 bytes each)."""
+MAX_MESSAGE_BYTES = MAX_RECORD_BYTES + 65_536
+"""Kafka's limit on a batch of records, one record of MAX_RECORD_BYTES with its framing: the
+producer's message.max.bytes and the max.message.bytes of every topic the app or the operator
+creates."""
 
 
 def docs_topic(namespace: str, name: str) -> str:

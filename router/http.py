@@ -31,6 +31,7 @@ from ragindex.errors import (
     InvalidInput,
     NotConfigured,
     RagIndexError,
+    TooLarge,
 )
 from ragindex.router.access import (
     PrincipalNotGranted,
@@ -105,6 +106,8 @@ def status_for_error(err: BaseException) -> int:
         err = cause
     if isinstance(err, (IdentityMismatch, NotConfigured)):
         return 409
+    if isinstance(err, TooLarge):
+        return 413
     if isinstance(err, InvalidInput):
         return 400
     if isinstance(err, BackendUnavailable):
@@ -276,7 +279,16 @@ def create_app(
         status_code=202,
         tags=["documents"],
         operation_id="upsert_documents",
-        responses={**AUTH_ERRORS, **BACKEND_ERRORS, **BODY_ERRORS, 202: {"links": UPSERT_LINKS}},
+        responses={
+            **AUTH_ERRORS,
+            **BACKEND_ERRORS,
+            **BODY_ERRORS,
+            413: _error(
+                "The body is larger than the limit, or a document is larger than one log record"
+                " (names it); nothing of the batch was written."
+            ),
+            202: {"links": UPSERT_LINKS},
+        },
     )
     async def upsert(
         body: UpsertRequest,

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -124,6 +125,9 @@ class LogShardReplica:
         self.identity = identity
         self.shard = DenseShard(identity, hnsw, exact_threshold)
         self.texts: dict[str, dict[str, Chunk]] = {}  # tenant -> chunk id -> chunk
+        # Held while the applying thread changes a tenant's texts and while another thread
+        # iterates them (/v1/stats runs on a search thread of the local Router).
+        self._texts_lock = threading.Lock()
         self.postings: dict[str, TermPostings] = {}  # tenant -> filter terms of its chunks
         self.offset = 0
         self.snapshots = snapshots
@@ -228,12 +232,14 @@ class LogShardReplica:
             if record.value is None:
                 flush()
                 self.shard.delete(tenant, [chunk_id])
-                self.texts.get(tenant, {}).pop(chunk_id, None)
+                with self._texts_lock:
+                    self.texts.get(tenant, {}).pop(chunk_id, None)
                 self.postings.get(tenant, TermPostings()).remove(chunk_id)
             else:
                 chunk, vector = decode_chunk(record.value, self.identity.dimension)
                 run.setdefault(tenant, {})[chunk_id] = vector
-                self.texts.setdefault(tenant, {})[chunk_id] = chunk
+                with self._texts_lock:
+                    self.texts.setdefault(tenant, {})[chunk_id] = chunk
                 self.postings.setdefault(tenant, TermPostings()).add(chunk)
         flush()
         self.offset = records[-1].offset + 1
@@ -338,4 +344,5 @@ class LogShardReplica:
         return self.shard.count(tenant_id)
 
     def documents(self, tenant_id: str) -> set[tuple[str, str]]:
-        return {(c.source, c.doc_id) for c in self.texts.get(tenant_id, {}).values()}
+        with self._texts_lock:
+            return {(c.source, c.doc_id) for c in self.texts.get(tenant_id, {}).values()}

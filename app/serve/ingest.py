@@ -218,14 +218,19 @@ class Ingest:
         return [applied_target(self.log, self.topics.chunks, s) for s in range(self.topics.shards)]
 
     async def writable(self) -> str:
-        """ "ok" when the log answers, else why writes would fail now (for /readyz)."""
+        """ "ok" when the log answers and its writer takes writes, else why writes would fail
+        now (for /readyz; a fenced file-log writer is reopened by the check)."""
         try:
-            await asyncio.wait_for(
-                self.accepting.run(self.log.end_offset, self.topics.docs, 0), WRITABLE_TIMEOUT_S
+            problem = await asyncio.wait_for(
+                self.accepting.run(self._writer_problem), WRITABLE_TIMEOUT_S
             )
         except Exception as err:
             return f"the log does not answer, writes are refused: {type(err).__name__}: {err}"
-        return "ok"
+        return "ok" if problem is None else f"writes are refused: {problem}"
+
+    def _writer_problem(self) -> str | None:
+        self.log.end_offset(self.topics.docs, 0)
+        return self.log.writer_problem()
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):

@@ -48,7 +48,13 @@ class LexicalServer:
             self.log,
             self.topics.chunks,
             lambda: open_bm25_view(
-                self.spec, self.log, self.topics.chunks, self.directory, self.identity
+                self.spec,
+                self.log,
+                self.topics.chunks,
+                self.directory,
+                self.identity,
+                namespace=namespace,
+                name=name,
             ),
             "the BM25 index is still opening",
             lambda view: reporter.report(dict(enumerate(view.offsets))),

@@ -105,10 +105,18 @@ class SerializedEmbedder:
 
 
 def open_bm25_view(
-    spec: RagIndexSpec, log_: Log, topic: str, directory: Path, identity: ModelIdentity
+    spec: RagIndexSpec,
+    log_: Log,
+    topic: str,
+    directory: Path,
+    identity: ModelIdentity,
+    *,
+    namespace: str,
+    name: str,
 ) -> LexicalView:
-    """This replica's BM25 view: its own tantivy index, or the shared Elasticsearch alias."""
-    index = open_lexical(spec, directory, identity)
+    """This replica's BM25 view: its own tantivy index, or the Elasticsearch alias shared by
+    RagIndex `namespace/name`'s replicas."""
+    index = open_lexical(spec, directory, identity, namespace=namespace, name=name)
     # Each layout has its own offsets, so switching lexical.tenantIsolation replays the log
     # into the other layout instead of trusting offsets the new indexes never saw.
     offsets = (
@@ -136,6 +144,7 @@ class LocalQuerySide:
         self.spec = spec
         self.data_dir = data_dir
         self.directory = directory
+        self.namespace, self.name = namespace, name
         self.topics = plane_topics(spec, name, namespace)
         self.snapshots_topic = plane_snapshots_topic(spec, name, namespace)
         self.publish = publish
@@ -192,7 +201,15 @@ class LocalQuerySide:
         ]
         self.legs = ThreadPoolExecutor(LEG_THREADS, thread_name_prefix="query-legs")
         self.dense = ReplicaDenseIndex(replicas, identity, self.legs)
-        self.view = open_bm25_view(self.spec, log_, self.topics.chunks, self.directory, identity)
+        self.view = open_bm25_view(
+            self.spec,
+            log_,
+            self.topics.chunks,
+            self.directory,
+            identity,
+            namespace=self.namespace,
+            name=self.name,
+        )
         reranker = load_reranker(self.spec.reranker) if self.spec.reranker.enabled else None
         self.engine = QueryEngine(
             self.embedder,
@@ -363,6 +380,9 @@ class RemoteLexical:
 
     def count(self, tenant_id: str) -> int:
         return int(failover.call(partial(self.handle.count.remote, tenant_id)))
+
+    def location(self) -> str:
+        return "the Lexical deployment's replicas (each keeps its own offsets)"
 
     def close(self) -> None:
         return None

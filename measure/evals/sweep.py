@@ -104,7 +104,14 @@ def stages() -> list[tuple[str, tuple[str, ...], list[Variant]]]:
 def variant_engine(index: EmbeddedIndex, spec: RagIndexSpec) -> QueryEngine:
     """A QueryEngine with `spec`'s query-time options over `index`'s views; its BM25 index is
     a read-only opening of the view's, with `spec`'s boosts and RM3 (the caller closes it)."""
-    lexical = open_lexical(spec, index.side.directory, index.embedder.identity, read_only=True)
+    lexical = open_lexical(
+        spec,
+        index.side.directory,
+        index.embedder.identity,
+        namespace=index.side.namespace,
+        name=index.side.name,
+        read_only=True,
+    )
     return QueryEngine(
         index.query.embedder,
         index.dense,

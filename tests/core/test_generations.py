@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -25,6 +26,7 @@ from ragindex.generations import (
     forget,
     index_generation,
     ingest_group,
+    lexical_alias,
     lexical_index_name,
     promote,
     promotion_failures,
@@ -230,3 +232,15 @@ def test_a_backfill_goal_counts_every_partition() -> None:
     reached, goal = backfill_goal({0: 5, 1: 5}, {0: 9, 1: 4}, {0: 9, 1: 6})
     assert (reached, goal) == (False, {0: 5, 1: 5})
     assert backfill_goal(None, {0: 3}, {0: 3}) == (True, {0: 3})
+
+
+def test_each_ragindex_has_its_own_elasticsearch_alias_unless_the_spec_names_one() -> None:
+    """The default alias was `ragindex` for every RagIndex: two on one cluster shared it."""
+    names = [("team-a", "docs"), ("team-b", "docs"), ("team", "a-docs"), ("team-a", "docs.v2")]
+    aliases = [lexical_alias(spec(), ns, name) for ns, name in names]
+    assert len(set(aliases)) == len(names)  # '-' and '.' map to '_': the hash tells them apart
+    longest = lexical_alias(spec(), "n" * 63, "x" * 253)
+    for alias in [*aliases, longest]:
+        assert re.fullmatch(r"[a-z][a-z0-9_]{0,99}", alias), alias  # the spec's own pattern
+    assert aliases[0].startswith("ragindex_team_a_docs_")
+    assert lexical_alias(spec(lexical={"elasticsearchAlias": "kb"}), "team-a", "docs") == "kb"

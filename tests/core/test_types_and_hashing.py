@@ -1,9 +1,12 @@
 import pytest
 
-from ragindex.errors import InvalidInput
+from ragindex.errors import InvalidInput, TooLarge
 from ragindex.hashing import chunk_id, content_hash, shard_for
+from ragindex.records import docs_records
 from ragindex.router.query import validate_search
+from ragindex.topics import MAX_RECORD_BYTES
 from ragindex.types import (
+    MAX_DOCUMENT_CHARS,
     MAX_METADATA_KEYS,
     MAX_METADATA_LIST_ITEMS,
     MAX_METADATA_STRING_CHARS,
@@ -118,3 +121,12 @@ def test_fields_at_their_limits_are_accepted():
 def test_surrogates_are_refused_for_queries_too():
     with pytest.raises(InvalidInput, match="query holds a lone surrogate"):
         validate_search("lift \ud800", 5, "hybrid")
+
+
+def test_a_document_over_one_log_record_is_refused_by_name_with_its_batch():
+    """Measured in bytes as stored (JSON, UTF-8), not in characters: 1 M emoji take 4 MB."""
+    fits = Document("s", "fits", "", "漢" * MAX_DOCUMENT_CHARS)  # 3 MB
+    emoji = Document("s", "emoji", "", "😀" * MAX_DOCUMENT_CHARS)
+    assert len(docs_records("t", [fits], 2)[0][2] or b"") < MAX_RECORD_BYTES
+    with pytest.raises(TooLarge, match="document s:emoji takes 4000"):
+        docs_records("t", [fits, emoji], 2)

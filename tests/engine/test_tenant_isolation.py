@@ -99,7 +99,14 @@ def test_feedback_on_both_legs_stays_inside_the_tenant(engine: EmbeddedIndex):
             },
         }
     )
-    lexical = open_lexical(spec, engine.side.directory, engine.embedder.identity, read_only=True)
+    lexical = open_lexical(
+        spec,
+        engine.side.directory,
+        engine.embedder.identity,
+        namespace=engine.side.namespace,
+        name=engine.side.name,
+        read_only=True,
+    )
     query = QueryEngine(
         engine.embedder,
         engine.dense,

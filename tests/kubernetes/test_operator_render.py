@@ -31,7 +31,7 @@ from ragindex.serve_config import (
     KAFKA_PASSWORD_ENV,
     KAFKA_USERNAME_ENV,
 )
-from ragindex.topics import chunks_topic, docs_topic, snapshots_topic
+from ragindex.topics import MAX_MESSAGE_BYTES, chunks_topic, docs_topic, snapshots_topic
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "ragindex.yaml"
 
@@ -278,12 +278,14 @@ def test_managed_log_renders_strimzi_kafka_and_the_index_topics() -> None:
             "cleanup.policy": "compact",
             "min.insync.replicas": 2,
             "delete.retention.ms": 2 * 3_600_000,
+            "max.message.bytes": MAX_MESSAGE_BYTES,  # what KafkaLog's producer may send
         }
     # Snapshots are deleted by their publisher (truncate), never by age or key.
     assert topics[snapshots]["spec"]["config"] == {
         "cleanup.policy": "delete",
         "retention.ms": -1,
         "min.insync.replicas": 2,
+        "max.message.bytes": MAX_MESSAGE_BYTES,
     }
     assert env_of(objects)[KAFKA_BOOTSTRAP_ENV] == "idx-log-kafka-bootstrap.ns.svc:9092"
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -39,4 +40,18 @@ def test_applies_upserts_and_tombstones_then_resumes_from_its_offsets(tmp_path: 
     index = TantivyIndex.open(tmp_path / "bm25")
     again = LexicalView(log, TOPIC, 2, index, tmp_path / "bm25-offsets.json")
     assert again.catch_up() == 1 and index.count("a") == 6  # only what was new
+    index.close()
+
+
+def test_offsets_stored_without_their_index_location_replay_the_log(tmp_path: Path) -> None:
+    """A file from before the location was stored may belong to another backend: replay."""
+    log = FileLog(tmp_path / "log")
+    log.ensure_topic(TOPIC, 2, compacted=True)
+    log.append(TOPIC, [record("a", n, f"lift wing {n}") for n in range(4)])
+    offsets = tmp_path / "bm25-offsets.json"
+    offsets.write_text(json.dumps({"0": 2, "1": 2}))  # "caught up", of some other index
+    index = TantivyIndex.open(tmp_path / "bm25")
+    assert LexicalView(log, TOPIC, 2, index, offsets).catch_up() == 4
+    assert index.count("a") == 4
+    assert json.loads(offsets.read_text())["location"] == index.location()
     index.close()

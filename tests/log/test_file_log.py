@@ -86,23 +86,51 @@ def test_a_failed_append_never_hides_later_acknowledged_records(tmp_path: Path, 
     reopened.close()
 
 
-def test_a_writer_that_cannot_cut_back_fences_itself(tmp_path: Path) -> None:
-    log = FileLog(tmp_path)
-    log.ensure_topic("t", 1, compacted=False)
-    log.append("t", [(0, b"a", b"1")])
+def _torn_write_that_cannot_be_cut_back(log: FileLog) -> None:
+    """A write fails half way (disk full) and cutting it back fails too (I/O error)."""
     with (
         mock.patch.object(seg, "write_all", _short_write_then(errno.ENOSPC)),
         mock.patch("os.ftruncate", side_effect=OSError(errno.EIO, "injected")),
         pytest.raises(BackendUnavailable),
     ):
         log.append("t", [(0, b"b", b"2" * 1000)])
-    with pytest.raises(BackendUnavailable, match="fenced"):
+
+
+def test_a_writer_that_cannot_cut_back_reopens_itself_once_the_disk_recovers(
+    tmp_path: Path,
+) -> None:
+    """A fenced writer used to refuse every write until the process restarted."""
+    log = FileLog(tmp_path)
+    log.ensure_topic("t", 1, compacted=False)
+    log.append("t", [(0, b"a", b"1")])
+    _torn_write_that_cannot_be_cut_back(log)
+    with (
+        mock.patch("os.ftruncate", side_effect=OSError(errno.EIO, "still failing")),
+        pytest.raises(BackendUnavailable, match=r"fenced.*still failing"),
+    ):
         log.append("t", [(0, b"c", b"3")])
+    later = log.append("t", [(0, b"d", b"4")])  # the disk works again: no restart needed
+    assert [r.key for r in read_all(log, "t", 0)] == [b"a", b"d"]
     log.close()
-    reopened = FileLog(tmp_path)  # reopening recovers: the torn bytes are cut, writes resume
-    reopened.append("t", [(0, b"d", b"4")])
-    assert [r.key for r in read_all(reopened, "t", 0)] == [b"a", b"d"]
+    reopened = FileLog(tmp_path)  # the torn bytes were cut: nothing hides behind them
+    assert [(r.offset, r.key) for r in read_all(reopened, "t", 0)] == [(0, b"a"), (later[0], b"d")]
     reopened.close()
+
+
+def test_a_fenced_writer_says_why_until_it_could_reopen(tmp_path: Path) -> None:
+    """/readyz asks `writer_problem`: a read alone answered "ok" while every write failed."""
+    log = FileLog(tmp_path)
+    log.ensure_topic("t", 1, compacted=False)
+    log.append("t", [(0, b"a", b"1")])
+    assert log.writer_problem() is None
+    _torn_write_that_cannot_be_cut_back(log)
+    with mock.patch("os.ftruncate", side_effect=OSError(errno.EIO, "still failing")):
+        problem = log.writer_problem()
+    assert problem is not None and "fenced" in problem and "still failing" in problem
+    assert log.writer_problem() is None  # the check itself reopened the writer
+    log.append("t", [(0, b"c", b"3")])
+    assert [r.key for r in read_all(log, "t", 0)] == [b"a", b"c"]
+    log.close()
 
 
 def test_uncommitted_and_torn_bytes_are_invisible_and_cut_on_reopen(tmp_path: Path) -> None:
@@ -163,6 +191,29 @@ def test_segments_roll_compact_and_truncate_on_disk(tmp_path: Path) -> None:
     assert [r.offset for r in read_all(log, "t", 0, end - 3)] == [
         r.offset for r in kept if r.offset >= end - 3
     ]
+    log.close()
+
+
+def _bytes_read_by_this_process() -> int:
+    """Bytes this process read through read(2) and the like so far (Linux's rchar)."""
+    io = dict(line.split(": ") for line in Path("/proc/self/io").read_text().splitlines())
+    return int(io["rchar"])
+
+
+def test_appends_read_a_bounded_multiple_of_the_partition_however_long_it_grows(
+    tmp_path: Path,
+) -> None:
+    """Every roll of a compacted partition used to reread the whole partition twice to
+    compact it: the I/O of an append grew with the partition, quadratic over its life."""
+    log = FileLog(tmp_path, segment_bytes=4096)
+    log.ensure_topic("t", 1, compacted=True)
+    before = _bytes_read_by_this_process()
+    for i in range(2000):  # ~470 KB in ~115 segments, every key distinct: nothing to drop
+        log.append("t", [(0, f"key{i}".encode(), b"v" * 200)])
+    read = _bytes_read_by_this_process() - before
+    size = sum(path.stat().st_size for _, path in seg.segments(tmp_path / "t" / "0"))
+    assert read < 8 * size, f"appends read {read} bytes of a {size}-byte partition"
+    assert len(read_all(log, "t", 0)) == 2000
     log.close()
 
 

@@ -14,7 +14,9 @@ from ragindex.errors import BackendUnavailable
 from ragindex.log import KafkaLog
 from ragindex.measure.servers.kafka import SASL_USERNAME, KafkaServer
 from ragindex.protocols import Log, WriterFenced
+from ragindex.records import decode_document, docs_records
 from ragindex.testing.log import LogContract, read_all
+from ragindex.types import MAX_DOCUMENT_CHARS, Document
 
 pytestmark = [pytest.mark.kafka]
 
@@ -278,4 +280,23 @@ def test_records_delivered_without_offsets_are_written_again_exactly_once(
     for (p, key, value), offset in zip(records, offsets, strict=True):
         assert [(r.key, r.value) for r in stored[p] if r.offset == offset] == [(key, value)]
     assert sum(len(rs) for rs in stored.values()) == len(records)  # the aborted copy is unseen
+    log.close()
+
+
+def test_a_document_of_the_largest_size_the_api_takes_lands_in_kafka(
+    kafka_server: KafkaServer,
+) -> None:
+    """Documents were stored as ASCII-escaped JSON (6 bytes per CJK character, 12 per emoji)
+    and the producer refused records over 1 MB: the API accepted a 300 k-character Chinese
+    text that Kafka then refused forever with a retryable 503."""
+    before = KafkaLog(kafka_server.bootstrap, topic_config={"max.message.bytes": "1048588"})
+    before.ensure_topic("large.old", 1, compacted=True)  # made with Kafka's default limit
+    before.close()
+    log = _kafka_log(kafka_server)
+    largest = Document("books", "han", "", "漢" * MAX_DOCUMENT_CHARS)
+    for topic in ("large.new", "large.old"):  # as the app creates `docs`, or finds it
+        log.ensure_topic(topic, 1, compacted=True)
+        (offset,) = log.append(topic, docs_records("t", [largest], 1))
+        (record,) = log.read(topic, 0, offset, timeout_s=10)
+        assert decode_document(record.value or b"") == largest
     log.close()

@@ -259,6 +259,15 @@ BAD_REQUESTS: list[tuple[str, str, Any, int, str]] = [
         422,
         "text",
     ),
+    # A document larger than one log record (its JSON in UTF-8) is refused by name, with its
+    # batch: the file log took it, and Kafka then refused it forever with a retryable 503.
+    (
+        "POST",
+        "/v1/documents",
+        {"documents": [DOC, {"source": "s", "doc_id": "emoji", "text": "😀" * MAX_DOCUMENT_CHARS}]},
+        413,
+        "s:emoji",
+    ),
     # Issue #14: oversize fields, nested metadata, trailing newlines and lone surrogates.
     ("POST", "/v1/documents", {"documents": [DOC | {"title": "t" * 513}]}, 422, "title"),
     ("POST", "/v1/documents", {"documents": [DOC | {"metadata": {"a": {"b": 1}}}]}, 422, "meta"),

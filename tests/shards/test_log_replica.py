@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -172,3 +173,45 @@ class TestLogShardReplicaContract(DenseIndexContract):
         )
         yield LogFedDense(view, log, "contract.chunks", 1, view.catch_up)
         log.close()
+
+
+def test_counting_documents_while_the_views_thread_applies_never_fails(tmp_path: Path) -> None:
+    """/v1/stats counts a tenant's documents on a search thread while the views thread applies
+    new chunks to the same replica: iterating its texts then failed ("dictionary changed size
+    during iteration", a 500)."""
+    log = FileLog(tmp_path / "log")
+    log.ensure_topic(TOPIC, 1, compacted=True)
+    r = replica(log, tmp_path / "node1")
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def count_documents() -> None:
+        while not done.is_set():
+            try:
+                r.documents("a")
+            except RuntimeError as err:
+                errors.append(err)
+                return
+
+    counter = threading.Thread(target=count_documents)
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # hand the GIL over as often as the interpreter can
+    counter.start()
+    try:
+        for batch in range(40):
+            log.append(
+                TOPIC,
+                [
+                    (0, chunk_key("a", f"wiki:{n}:0"), encode_chunk(chunk("a", n), vector(n)))
+                    for n in range(batch * 100, batch * 100 + 100)
+                ],
+            )
+            r.catch_up()
+            if errors:
+                break
+    finally:
+        done.set()
+        counter.join()
+        sys.setswitchinterval(switch)
+    assert not errors, errors[0]
+    assert len(r.documents("a")) == 4000
