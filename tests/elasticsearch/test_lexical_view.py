@@ -11,9 +11,9 @@ import pytest
 
 from ragindex.lexical import TantivyIndex
 from ragindex.lexical.elasticsearch_index import ElasticsearchIndex
-from ragindex.lexical.es_server import EsServer
 from ragindex.lexical.view import LexicalView
 from ragindex.log import FileLog
+from ragindex.measure.servers.elasticsearch import EsServer
 from ragindex.records import chunk_key, encode_chunk
 from ragindex.types import Chunk
 
