@@ -50,15 +50,10 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import (
-    AdminClient,
-    AlterConfigOpType,
-    ConfigEntry,
-    ConfigResource,
-    NewTopic,
-)
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from ragindex.errors import BackendUnavailable, InvalidInput, OffsetOutOfRange, TooLarge
+from ragindex.log.kafka_admin import has_leaders, partition_count, set_topic_config, topic_config
 from ragindex.log.kafka_calls import (
     FENCED_ERRORS,
     OUT_OF_RANGE_ERRORS,
@@ -221,51 +216,12 @@ class KafkaLog:
         """The partition count of `topic`, or None if it does not exist."""
         check_topic_name(topic)
         try:
-            metadata = self._admin.list_topics(topic=topic, timeout=self.timeout_s)
+            count = partition_count(self._admin, topic, self.timeout_s)
         except KafkaException as e:
             raise self._unavailable(f"describe topic {topic}", e) from e
-        found = metadata.topics.get(topic)
-        if found is None:
-            return None
-        if found.error is not None:
-            if found.error.code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
-                raise self._unavailable(f"describe topic {topic}", KafkaException(found.error))
-            return None
-        self._partition_counts[topic] = len(found.partitions)
-        return len(found.partitions)
-
-    def _has_leaders(self, topic: str) -> bool:
-        try:
-            found = self._admin.list_topics(topic=topic, timeout=self.timeout_s).topics.get(topic)
-        except KafkaException:
-            return False
-        return bool(
-            found is not None
-            and found.error is None
-            and found.partitions
-            and all(p.leader >= 0 and p.error is None for p in found.partitions.values())
-        )
-
-    def _topic_config(self, topic: str) -> dict[str, Any]:
-        resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
-        try:
-            configs = self._admin.describe_configs([resource])[resource].result(self.timeout_s)
-        except KafkaException as e:
-            raise self._unavailable(f"read the config of topic {topic}", e) from e
-        return {name: entry.value for name, entry in configs.items()}
-
-    def _take_records_of_max_size(self, topic: str) -> None:
-        """Set the topic's max.message.bytes to MAX_MESSAGE_BYTES."""
-        entry = ConfigEntry(
-            "max.message.bytes",
-            str(MAX_MESSAGE_BYTES),
-            incremental_operation=AlterConfigOpType.SET,
-        )
-        resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[entry])
-        try:
-            self._admin.incremental_alter_configs([resource])[resource].result(self.timeout_s)
-        except KafkaException as e:
-            raise self._unavailable(f"raise max.message.bytes of topic {topic}", e) from e
+        if count is not None:
+            self._partition_counts[topic] = count
+        return count
 
     def ensure_topic(self, topic: str, partitions: int, *, compacted: bool) -> None:
         if not isinstance(partitions, int) or partitions < 1:
@@ -284,12 +240,17 @@ class KafkaLog:
                 if error is None or error.code() != KafkaError.TOPIC_ALREADY_EXISTS:
                     raise self._unavailable(f"create topic {topic}", e) from e
             deadline = time.monotonic() + self.timeout_s
-            while not self._has_leaders(topic) and time.monotonic() < deadline:
+            while (
+                not has_leaders(self._admin, topic, self.timeout_s) and time.monotonic() < deadline
+            ):
                 time.sleep(0.05)
             existing = self._describe(topic)
-            if existing is None or not self._has_leaders(topic):
+            if existing is None or not has_leaders(self._admin, topic, self.timeout_s):
                 raise self._unavailable(f"see leaders for the new topic {topic}", TimeoutError())
-        config = self._topic_config(topic)
+        try:
+            config = topic_config(self._admin, topic, self.timeout_s)
+        except KafkaException as e:
+            raise self._unavailable(f"read the config of topic {topic}", e) from e
         compacted_now = "compact" in str(config["cleanup.policy"])
         if existing != partitions or compacted_now != compacted:
             raise InvalidInput(
@@ -297,7 +258,12 @@ class KafkaLog:
                 f"not {partitions} (compacted={compacted})"
             )
         if int(config["max.message.bytes"]) < MAX_MESSAGE_BYTES:  # made before ragindex set it
-            self._take_records_of_max_size(topic)
+            try:
+                set_topic_config(
+                    self._admin, topic, "max.message.bytes", str(MAX_MESSAGE_BYTES), self.timeout_s
+                )
+            except KafkaException as e:
+                raise self._unavailable(f"raise max.message.bytes of topic {topic}", e) from e
 
     def delete_topic(self, topic: str) -> None:
         if self._describe(topic) is None:
