@@ -46,10 +46,14 @@ def test_excluded_processes_and_theirs_are_left_out() -> None:
         "grandchild = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(900)'])"
     )
     try:
+        # Only this test's subtree counts: other tests may have left children of their own.
+        subtree = {parent.pid} | {
+            c.pid for c in psutil.Process(parent.pid).children(recursive=True)
+        }
         seen = {r["pid"] for r in runtime_memory(include_root=False)["processes"]}
-        assert parent.pid in seen and len(seen) >= 2
+        assert len(subtree) >= 2 and subtree <= seen
         left = runtime_memory(include_root=False, exclude=[parent.pid])["processes"]
-        assert not {r["pid"] for r in left} & seen
+        assert not {r["pid"] for r in left} & subtree
     finally:
         for grandchild in psutil.Process(parent.pid).children():
             grandchild.kill()

@@ -53,11 +53,13 @@ REPORT = CACHE / "reports" / "pods-e2e.json"
 NAMESPACE = "e2e"
 INDEX = "docs"
 # Sizes that fit a 2-core node: Ray keeps its logical CPUs per pod while the pods request a
-# fraction of a core.
+# fraction of a core. One worker holds a generation at its most replicas (3 shards and every
+# autoscaled pool at its maximum: 11 CPUs): a second worker would not fit the node's memory
+# beside the generation being replaced, and Ray's autoscaler would wait on it.
 OPERATOR_ARGS = [
     "--head-cpus=1",
     "--head-memory=3Gi",
-    "--cpu-worker-cpus=8",
+    "--cpu-worker-cpus=12",
     "--cpu-worker-memory=6Gi",
     "--ray-cpu-request=100m",
 ]
@@ -192,6 +194,7 @@ class Node:
             self.show("-n", NAMESPACE, "get", "ragindex,rayservice,raycluster"),
         ]
         for args in (
+            ("-n", NAMESPACE, "get", "ragindex", INDEX, "-o", "jsonpath={.status}"),
             ("-n", NAMESPACE, "get", "ragindex,rayservice", "-o", "yaml"),
             ("get", "events", "-A", "--sort-by=.lastTimestamp"),
             ("logs", "-n", "ragindex-system", "deploy/ragindex-operator", "--tail=80"),
