@@ -184,8 +184,6 @@ def start_local(
     import ray
     from ray import serve
 
-    from ragindex.app.serve import build_app
-
     for attempt in range(1, RAY_START_ATTEMPTS + 1):
         try:
             ray.init(
@@ -208,6 +206,15 @@ def start_local(
     if on_ray_started is not None:
         on_ray_started()
     serve.start(http_options={"host": "127.0.0.1", "port": proxy_port})
+    deploy_app(data_dir, spec, runtime)
+
+
+def deploy_app(data_dir: Path, spec: Any, runtime: Runtime) -> None:
+    """Deploy (or redeploy in place) the Serve application of `spec` on the running Serve."""
+    from ray import serve
+
+    from ragindex.app.serve import build_app
+
     spec_json = spec.model_dump(mode="json", by_alias=True)
     serve.run(
         build_app(app_args(data_dir, spec_json, runtime)),

@@ -154,10 +154,8 @@ def start_app(data_dir: Path, port: int, spec: RagIndexSpec, runtime: Runtime) -
     (direct ingress) and several (Serve's proxy) restarts Ray: the mode is fixed when Ray's
     processes start."""
     import ray
-    from ray import serve
 
-    from ragindex.app.serve import build_app
-    from ragindex.app.serve_cli import APP_NAME, app_args, start_local, stop_local
+    from ragindex.app.serve_cli import deploy_app, start_local, stop_local
 
     direct = os.environ.get("RAY_SERVE_ENABLE_DIRECT_INGRESS") == "1"
     if ray.is_initialized() and direct and runtime == "local" and spec.dense.replicas > 1:
@@ -166,13 +164,7 @@ def start_app(data_dir: Path, port: int, spec: RagIndexSpec, runtime: Runtime) -
     if not ray.is_initialized():
         start_local(data_dir, port, spec, runtime=runtime)
         return
-    spec_json = spec.model_dump(mode="json", by_alias=True)
-    serve.run(
-        build_app(app_args(data_dir, spec_json, runtime)),
-        name=APP_NAME,
-        route_prefix="/",
-        blocking=False,
-    )
+    deploy_app(data_dir, spec, runtime)
 
 
 def run_bench_serve(
