@@ -10,7 +10,6 @@ Heavy imports (torch, FAISS, Ray) happen inside the command that needs them, so 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -18,10 +17,53 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ragindex.errors import RagIndexError
+from ragindex.cli_output import add_json_option, emit_json
+from ragindex.errors import BackendUnavailable, InvalidInput, RagIndexError
 
 if TYPE_CHECKING:
     from ragindex.router.query import SearchResult
+    from ragindex.types import Document
+
+TOKEN_ENV = "RAGINDEX_TOKEN"
+DEBUG_ENV = "RAGINDEX_DEBUG"
+
+EXIT_CODES: dict[int, str] = {
+    0: "done",
+    1: "a check failed: a benchmark goal or the release gate was missed, or a new index"
+    " generation was refused promotion",
+    2: "bad input: a usage error, or a spec, file, option or document that is missing or"
+    " malformed; nothing was changed",
+    3: "a server is unavailable (a ragindex server, Elasticsearch, Kafka): try again later",
+    4: "refused by the index's state: e.g. nothing ingested yet, the log held by a running"
+    " `ragindex serve`, a model identity that does not match the index",
+    70: "internal error: a bug; rerun with --debug and report the traceback",
+    74: "a file or folder could not be read or written (permissions, disk space)",
+    130: "interrupted",
+}
+"""Every exit status of `ragindex` and what it means (the CLI reference lists them)."""
+
+
+def exit_code(err: BaseException) -> int:
+    """The documented exit status for an error that ended a command."""
+    from ragindex.generations import PromotionRefused
+    from ragindex.lexical.elasticsearch_index import BulkWriteError
+
+    cause = getattr(err, "cause", None)  # an error that stopped a run part way
+    if isinstance(cause, RagIndexError):
+        return exit_code(cause)
+    if isinstance(err, KeyboardInterrupt):
+        return 130
+    if isinstance(err, PromotionRefused):
+        return 1
+    if isinstance(err, InvalidInput):
+        return 2
+    if isinstance(err, BackendUnavailable | BulkWriteError):
+        return 3
+    if isinstance(err, RagIndexError):
+        return 4
+    if isinstance(err, OSError):
+        return 74
+    return 70
 
 
 def _set_thread_defaults() -> None:
@@ -44,12 +86,23 @@ def _data_dir(args: argparse.Namespace) -> Path:
 def cmd_ingest(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
+    from ragindex.app.loading import documents_from_paths
+
+    if args.url is None and (args.skip or args.wait or args.token):
+        raise InvalidInput("--skip, --wait and --token go with --url (a running server)")
+    if args.url is not None and (args.data_dir or args.spec or args.tenant):
+        raise InvalidInput(
+            "--url posts to a running server: its token sets the tenant, the server its data"
+            " dir and spec (drop --tenant, --data-dir and --spec)"
+        )
+    documents = documents_from_paths(args.paths, source=args.source)
+    if args.url is not None:
+        return _ingest_over_http(args, documents)
     from ragindex.app.embedded import ingest_through_log
     from ragindex.app.generations import serving_spec
-    from ragindex.app.loading import documents_from_paths
     from ragindex.models.embedder import load_embedder
 
-    documents = documents_from_paths(args.paths, source=args.source)
+    args.tenant = args.tenant or "default"
     spec = serving_spec(_data_dir(args), args.spec)
     with tqdm(total=len(documents), unit="doc", desc="ingest", file=sys.stderr) as bar:
         ingest_through_log(
@@ -62,6 +115,30 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             progress=bar.update,
         )
     print(f"ingested {len(documents)} documents for tenant {args.tenant} through the log")
+    return 0
+
+
+def _ingest_over_http(args: argparse.Namespace, documents: list[Document]) -> int:
+    import httpx
+    from tqdm import tqdm
+
+    from ragindex.app.http_ingest import post_documents
+
+    token = args.token or os.environ.get(TOKEN_ENV)
+    if not token:
+        raise InvalidInput(f"--url needs a token: --token T or ${TOKEN_ENV}")
+    headers = {"Authorization": f"Bearer {token}"}
+    with (
+        httpx.Client(base_url=args.url, headers=headers, timeout=300) as client,
+        tqdm(
+            total=len(documents), initial=args.skip, unit="doc", desc="ingest", file=sys.stderr
+        ) as bar,  # fmt: skip
+    ):
+        done = post_documents(
+            client, documents, batch=args.batch, skip=args.skip, wait=args.wait,
+            progress=bar.update,
+        )  # fmt: skip
+    print(f"{done - args.skip} documents acknowledged by {args.url} (durable in its log)")
     return 0
 
 
@@ -85,7 +162,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     finally:
         side.close()
     if args.json:
-        print(json.dumps(result_to_json(result), indent=2))
+        emit_json(args.json, result_to_json(result))
         return 0
     print_hits(result)
     return 0
@@ -193,15 +270,36 @@ def lazy(module: str, function: str) -> Callable[[argparse.Namespace], int]:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="ragindex", description="Hybrid retrieval for RAG: ingest, search, serve, evaluate."
+        prog="ragindex",
+        description="Hybrid retrieval for RAG: ingest, search, serve, evaluate.",
+        epilog="Exit status: "
+        + "; ".join(f"{code} {meaning.split(':')[0]}" for code, meaning in EXIT_CODES.items())
+        + ". Commands marked [maintainer] measure and document the project itself.",
     )
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument("--version", action="version", version=f"ragindex {version()}")
+    parser.add_argument(
+        "--debug", action="store_true", help=f"print the traceback of an error (or ${DEBUG_ENV}=1)"
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("ingest", help="ingest Markdown, text or JSONL files into a local index")
-    common(p)
+    p = sub.add_parser(
+        "ingest",
+        help="ingest Markdown, text or JSONL files into a local index, or post them to a running"
+        " server (--url)",
+    )
+    common(p, tenant=False)
+    p.add_argument("--tenant", help="tenant id (default: default; with --url the token's)")
     p.add_argument("paths", nargs="+", type=Path, help="files or folders (.md, .txt, .jsonl)")
     p.add_argument("--source", default=None, help="source name (default: the folder's name)")
-    p.add_argument("--batch", type=int, default=64, help="documents per batch")
+    p.add_argument("--batch", type=int, default=64, help="documents per batch (request)")
+    p.add_argument("--url", help="a running server's base URL: post there instead of in-process")
+    p.add_argument("--token", help=f"API token for --url (default: ${TOKEN_ENV})")
+    p.add_argument(
+        "--skip", type=int, default=0, metavar="N", help="with --url: start after the first N"
+    )
+    p.add_argument(
+        "--wait", action="store_true", help="with --url: each batch answers once searchable"
+    )
     p.set_defaults(run=cmd_ingest)
 
     p = sub.add_parser(
@@ -219,7 +317,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("query")
     p.add_argument("--k", type=int, default=8)
     p.add_argument("--mode", choices=["hybrid", "dense", "lexical"], default="hybrid")
-    p.add_argument("--json", action="store_true", help="print JSON")
+    add_json_option(p)
     p.set_defaults(run=cmd_search)
 
     p = sub.add_parser("serve", help="run the Serve app on this machine (local Ray)")
@@ -253,20 +351,49 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; an error ends it with one line on stderr and its documented exit
+    status (EXIT_CODES), the traceback only with --debug."""
     _set_thread_defaults()
     args = build_parser().parse_args(argv)
-    # serve and token share the same default data dir; eval keeps its own cache, demo a temp dir.
-    if args.command in ("serve", "token") and args.data_dir is None:
-        from ragindex.app.engine import default_data_dir
-
-        args.data_dir = default_data_dir()
+    debug = args.debug or os.environ.get(DEBUG_ENV) == "1"
     try:
+        # serve and token share the same default data dir; eval keeps its own, demo a temp dir.
+        if args.command in ("serve", "token") and args.data_dir is None:
+            from ragindex.app.engine import default_data_dir
+
+            args.data_dir = default_data_dir()
         return int(args.run(args))
-    except RagIndexError as err:
-        print(f"ragindex: error: {err}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
+    except (Exception, KeyboardInterrupt) as err:
+        code = exit_code(err)
+        if debug:
+            import traceback
+
+            traceback.print_exc()
+        if code == 130:
+            print("ragindex: interrupted", file=sys.stderr)
+        elif code == 70:
+            print(
+                f"ragindex: internal error: {type(err).__name__}: {one_line(err)}"
+                " (rerun with --debug for the traceback)",
+                file=sys.stderr,
+            )
+        else:
+            print(f"ragindex: error: {one_line(err)}", file=sys.stderr)
+        return code
+
+
+def one_line(err: BaseException) -> str:
+    return " ".join(str(err).split()) or type(err).__name__
+
+
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("ragindex")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
 
 
 if __name__ == "__main__":

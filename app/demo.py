@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 from tqdm import tqdm
 
+from ragindex.app.http_ingest import post_documents
 from ragindex.app.loading import cranfield_dir, cranfield_documents, documents_from_paths
 from ragindex.errors import RagIndexError
 from ragindex.types import Document
@@ -91,15 +92,7 @@ def demo_command(args: argparse.Namespace) -> int:
         headers = {"Authorization": f"Bearer {token}"}
         with httpx.Client(base_url=base, headers=headers, timeout=300) as client:
             with tqdm(total=len(documents), unit="doc", desc="ingest over HTTP") as bar:
-                for start in range(0, len(documents), BATCH):
-                    batch = documents[start : start + BATCH]
-                    response = client.post(
-                        "/v1/documents",
-                        json={"documents": [_doc_json(d) for d in batch]},
-                        params={"wait": "true", "wait_timeout_s": "60"},
-                    )
-                    response.raise_for_status()
-                    bar.update(len(batch))
+                post_documents(client, documents, batch=BATCH, wait=True, progress=bar.update)
             chunks = client.get("/v1/stats").json()["chunks"]
             print(f"{len(documents)} documents in the log, {chunks} chunks searchable")
             for query in queries:
@@ -111,17 +104,6 @@ def demo_command(args: argparse.Namespace) -> int:
     finally:
         _stop(server)
     return 0
-
-
-def _doc_json(doc: Document) -> dict[str, object]:
-    return {
-        "source": doc.source,
-        "doc_id": doc.doc_id,
-        "title": doc.title,
-        "text": doc.text,
-        "updated": doc.updated,
-        "metadata": doc.metadata,
-    }
 
 
 def _print_answer(query: str, body: dict[str, Any]) -> None:

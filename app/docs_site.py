@@ -1,5 +1,7 @@
 """The docs site's generated reference pages, from the code that defines what they describe.
 
+- `docs/reference/cli.md`: every `ragindex` command's help, its exit statuses and the `--json`
+  convention, from the argument parser (`ragindex.app.cli.build_parser`).
 - `docs/reference/configuration.md`: the RagIndex spec (`ragindex.config.RagIndexSpec`): every
   field with its type, default, bounds and description, which changes start a new index
   generation (`ragindex.generations.GENERATION_FIELDS`), and the cross-field rules the CRD
@@ -448,6 +450,63 @@ def http_reference(doc: Mapping[str, Any]) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
+# The command line, from its parser
+
+
+HELP_WIDTH = 100
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
+    """Every subcommand's parser under `parser`, depth first, in the order they were added."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in dict.fromkeys(action.choices.values()):  # aliases map to one parser
+                yield sub
+                yield from _subcommands(sub)
+
+
+def _help(parser: argparse.ArgumentParser) -> str:
+    parser.formatter_class = lambda prog: argparse.HelpFormatter(prog, width=HELP_WIDTH)
+    return parser.format_help().rstrip()
+
+
+def cli_reference() -> str:
+    """docs/reference/cli.md: the exit statuses, the --json convention, and every command's
+    help as `ragindex ... --help` prints it."""
+    from ragindex import cli_output
+    from ragindex.app.cli import EXIT_CODES, build_parser
+
+    parser = build_parser()
+    lines = [
+        GENERATED.format(source="the `ragindex` argument parser (`ragindex.app.cli`)"),
+        "",
+        "# Command line",
+        "",
+        "`ragindex --version` prints the installed version. An error ends a command with one"
+        " line on standard error (`ragindex: error: ...`) and the exit status below;"
+        " `ragindex --debug COMMAND` (or `RAGINDEX_DEBUG=1`) adds the traceback.",
+        "",
+        "| exit status | meaning |",
+        "| --- | --- |",
+        *(f"| {code} | {_cell(meaning)} |" for code, meaning in EXIT_CODES.items()),
+        "",
+        "**JSON output.** " + " ".join((cli_output.__doc__ or "").split("\n\n")[1].split()),
+        "",
+        "Commands marked [maintainer] measure and document the project itself (they need the"
+        " development install: `scripts/setup.sh`).",
+        "",
+        "## ragindex",
+        "",
+        "```text",
+        _help(parser),
+        "```",
+    ]
+    for sub in _subcommands(parser):
+        lines += ["", f"## {sub.prog}", "", "```text", _help(sub), "```"]
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
 # The generated files and the command that writes or checks them
 
 
@@ -455,6 +514,7 @@ def generated_pages() -> dict[Path, str]:
     """Each generated file, relative to the repo root, and its content today."""
     doc = openapi_document()
     return {
+        REFERENCE / "cli.md": cli_reference(),
         REFERENCE / "configuration.md": config_reference(),
         REFERENCE / "helm-values.md": helm_reference(),
         REFERENCE / "http-api.md": http_reference(doc),

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from ragindex.config import RagIndexSpec
+from ragindex.config import RagIndexSpec, parse_spec
 from ragindex.errors import InvalidInput
 from ragindex.generations import index_generation, lexical_alias
 from ragindex.lexical import FieldBoosts, TantivyIndex, TenantIndexes
@@ -40,10 +40,15 @@ def load_spec(path: Path | None) -> RagIndexSpec:
     """A spec from YAML: a bare spec or a whole RagIndex manifest; defaults when path is None."""
     if path is None:
         return RagIndexSpec()
-    data = yaml.safe_load(Path(path).read_text())
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except OSError as err:
+        raise InvalidInput(f"spec {path}: {err.strerror or err}") from err
+    except yaml.YAMLError as err:
+        raise InvalidInput(f"spec {path} is not YAML: {' '.join(str(err).split())}") from err
     if isinstance(data, dict) and "kind" in data and "spec" in data:
         data = data["spec"]
-    return RagIndexSpec.model_validate(data or {})
+    return parse_spec(data, f"spec {path}")
 
 
 def elasticsearch_auth() -> tuple[str, str] | None:

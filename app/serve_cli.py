@@ -102,6 +102,21 @@ def ray_environment(data_dir: Path, runtime: Runtime = "local") -> dict[str, str
     }
 
 
+def apply_ray_environment(data_dir: Path, runtime: Runtime = "local") -> None:
+    """Set ray_environment in this process before it starts Ray. Ray reads its auth mode when
+    first imported; a process that imported it earlier (the benchmark suite, the embedded index
+    reading its views) would start a token-mode GCS from a driver still in the old mode, which
+    GCS refuses (InvalidAuthToken), so Ray's config and token cache are re-read here as Ray does
+    itself when it turns token mode on."""
+    os.environ.pop("RAY_AUTH_TOKEN", None)  # would win over the data directory's token file
+    os.environ.update(ray_environment(data_dir, runtime))
+    if "ray._raylet" in sys.modules:
+        from ray._raylet import AuthenticationTokenLoader, Config  # type: ignore[attr-defined]
+
+        Config.initialize("")
+        AuthenticationTokenLoader.instance().reset_cache()
+
+
 def direct_ingress_environment(port: int) -> dict[str, str]:
     """Ray Serve 2.60's direct ingress with the Router replica on `port`: the replica runs its
     own HTTP server, so a client's request skips the Serve proxy and its handle hop (`ragindex
@@ -172,8 +187,7 @@ def start_local(
     with one that dies on the spot; callers re-install theirs there. The cluster runtime's
     deployments each ask for a whole CPU, so Ray is given CLUSTER_LOGICAL_CPUS for it.
     """
-    os.environ.pop("RAY_AUTH_TOKEN", None)  # would win over the data directory's token file
-    os.environ.update(ray_environment(data_dir, runtime))
+    apply_ray_environment(data_dir, runtime)
     for key in direct_ingress_environment(port):  # Ray reads them when its processes start
         os.environ.pop(key, None)
     proxy_port = port

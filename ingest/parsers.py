@@ -11,8 +11,11 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any, Literal
+
+import yaml
 
 from ragindex.errors import InvalidInput
 from ragindex.types import Document
@@ -211,16 +214,51 @@ def load_file(path: str | Path, source: str) -> list[Document]:
     else:
         raise InvalidInput(f"{p}: unsupported file type {suffix or '(none)'!r}")
     text = decode_utf8(data, str(p))
+    front: dict[str, Any] = {}
+    if fmt == "markdown":
+        front, text = split_front_matter(text, str(p))
     title = next((b.heading_path[-1] for b in parse_blocks(text, fmt) if b.kind == "heading"), "")
+    fields: dict[str, Any] = {"doc_id": p.name, "title": title or p.stem}
+    fields.update({k: front.pop(k) for k in FRONT_MATTER_FIELDS if k in front})
+    metadata = {"format": fmt, **front}
     return [
         document_from_mapping(
-            {
-                "source": source,
-                "doc_id": p.name,
-                "title": title or p.stem,
-                "text": text,
-                "metadata": {"format": fmt},
-            },
-            str(p),
+            {"source": source, **fields, "text": text, "metadata": metadata}, str(p)
         )
     ]
+
+
+FRONT_MATTER_FIELDS = ("doc_id", "title", "updated", "acl")
+"""Front matter keys that set the document's own fields; every other key is metadata."""
+
+
+def split_front_matter(text: str, where: str) -> tuple[dict[str, Any], str]:
+    """A Markdown file's YAML front matter (between a first line `---` and the next `---` or
+    `...` line) as a mapping, and the text after it; no front matter: ({}, text)."""
+    lines = text.split("\n")
+    if not lines or lines[0].rstrip() != "---":
+        return {}, text
+    end = next((i for i, line in enumerate(lines[1:], 1) if line.rstrip() in ("---", "...")), None)
+    if end is None:
+        raise InvalidInput(f"{where}: front matter opened by '---' on line 1 is never closed")
+    try:
+        front = yaml.safe_load("\n".join(lines[1:end]))
+    except yaml.YAMLError as exc:
+        problem = " ".join(str(exc).split())
+        raise InvalidInput(f"{where}: front matter is not YAML: {problem}") from None
+    if front is None:
+        front = {}
+    if not isinstance(front, dict) or not all(isinstance(k, str) for k in front):
+        raise InvalidInput(f"{where}: front matter must be a mapping of names to values")
+    if "updated" in front and not isinstance(front["updated"], str):
+        front["updated"] = _rfc3339(front["updated"], where)
+    return front, "\n".join(lines[end + 1 :])
+
+
+def _rfc3339(value: object, where: str) -> str:
+    """YAML reads an unquoted date as a date or datetime: back to the ISO string ingest keeps."""
+    if isinstance(value, datetime):
+        return (value if value.tzinfo else value.replace(tzinfo=UTC)).isoformat()
+    if isinstance(value, date):
+        return f"{value.isoformat()}T00:00:00+00:00"
+    raise InvalidInput(f"{where}: front matter updated must be a date or RFC 3339 date-time")

@@ -17,10 +17,14 @@ CHECK_HELP = "exit 1 when a goal of this benchmark is missed (CI uses it)"
 
 
 def add_commands(sub: argparse._SubParsersAction[Any]) -> None:
-    p = sub.add_parser("eval", help="retrieval (or answer) quality on a judged collection")
+    p = sub.add_parser(
+        "eval", help="[maintainer] retrieval (or answer) quality on a judged collection"
+    )
     common(p, tenant=False)
     p.add_argument("--collection", default="cranfield", help="'cranfield' or a BEIR folder")
-    p.add_argument("--json", type=Path, help="write the report as JSON")
+    p.add_argument(
+        "--json", type=Path, metavar="FILE", help="write the report as JSON (-: standard output)"
+    )
     p.add_argument("--per-query", type=Path, help="write per-query results as JSON")
     p.add_argument("--answers", action="store_true", help="evaluate generated answers too")
     p.add_argument(
@@ -31,7 +35,7 @@ def add_commands(sub: argparse._SubParsersAction[Any]) -> None:
     )
     p.set_defaults(run=lazy("ragindex.measure.evals.cli", "eval_command"))
 
-    p = sub.add_parser("golden", help="golden-set helpers")
+    p = sub.add_parser("golden", help="[maintainer] golden-set helpers")
     golden = p.add_subparsers(dest="golden_command", required=True)
     g = golden.add_parser("add", help="append a judged query to a BEIR collection")
     g.add_argument("--collection", type=Path, required=True)
@@ -42,15 +46,15 @@ def add_commands(sub: argparse._SubParsersAction[Any]) -> None:
     g.add_argument("--tenant", default=None)
     g.set_defaults(run=lazy("ragindex.measure.evals.cli", "golden_add_command"))
 
-    p = sub.add_parser("convert", help="convert Cranfield to the BEIR layout")
+    p = sub.add_parser("convert", help="[maintainer] convert Cranfield to the BEIR layout")
     p.add_argument("--out", type=Path, default=Path("data/beir/cranfield"))
     p.set_defaults(run=lazy("ragindex.measure.evals.cli", "convert_command"))
 
-    p = sub.add_parser("bench", help="benchmarks (print a table, write JSON)")
+    p = sub.add_parser("bench", help="[maintainer] benchmarks (print a table, write JSON)")
     bench = p.add_subparsers(dest="bench_command", required=True)
     b = bench.add_parser("filtered", help="tenant-filtered dense recall and latency")
     b.add_argument("--vectors", type=int, default=100_000)
-    b.add_argument("--json", type=Path)
+    b.add_argument("--json", type=Path, metavar="FILE")
     b.add_argument("--check", action="store_true", help=CHECK_HELP)
     scope = b.add_mutually_exclusive_group()
     scope.add_argument(
@@ -75,7 +79,7 @@ def add_commands(sub: argparse._SubParsersAction[Any]) -> None:
         " ingest, saturation with 1 and 2 Router replicas, runtime memory",
     )
     b.add_argument("--chunks", type=int, default=100_000)
-    b.add_argument("--json", type=Path)
+    b.add_argument("--json", type=Path, metavar="FILE")
     b.add_argument("--data-dir", type=Path)
     b.add_argument("--port", type=int, help="HTTP port of the app (default: a free one)")
     b.add_argument(
@@ -101,7 +105,7 @@ def add_commands(sub: argparse._SubParsersAction[Any]) -> None:
     b = bench.add_parser(
         "http", help="each Ray Serve option against the shipped ones, two servers side by side"
     )
-    b.add_argument("--json", type=Path)
+    b.add_argument("--json", type=Path, metavar="FILE")
     b.add_argument(
         "--variant",
         action="append",
@@ -118,28 +122,28 @@ def add_commands(sub: argparse._SubParsersAction[Any]) -> None:
         default=0,
         help="also run the backfill as a Ray Data job over this many embedder actors (0: not)",
     )
-    b.add_argument("--json", type=Path)
+    b.add_argument("--json", type=Path, metavar="FILE")
     b.add_argument("--check", action="store_true", help=CHECK_HELP)
     b.set_defaults(run=lazy("ragindex.measure.bench.backfill", "bench_backfill_command"))
     b = bench.add_parser("encoder", help="query-encode p50 and passages/s: torch vs ONNX fp32/int8")
     b.add_argument("--queries", type=int, default=225, help="Cranfield queries to encode")
     b.add_argument("--rounds", type=int, default=3, help="passes over the queries")
     b.add_argument("--passages", type=int, default=256, help="Cranfield passages to embed")
-    b.add_argument("--json", type=Path)
+    b.add_argument("--json", type=Path, metavar="FILE")
     b.add_argument("--check", action="store_true", help=CHECK_HELP)
     b.set_defaults(run=lazy("ragindex.measure.bench.encoder", "bench_encoder_command"))
     b = bench.add_parser("bm25", help="BM25 on Elasticsearch vs the embedded backend")
-    b.add_argument("--json", type=Path)
+    b.add_argument("--json", type=Path, metavar="FILE")
     b.add_argument("--synthetic", type=int, default=0, help="extra synthetic documents")
     b.add_argument("--check", action="store_true", help=CHECK_HELP)
     b.set_defaults(run=lazy("ragindex.measure.bench.cli", "bench_bm25_command"))
     b = bench.add_parser("tenancy", help="embedded BM25: one shared index vs one per tenant")
-    b.add_argument("--json", type=Path)
+    b.add_argument("--json", type=Path, metavar="FILE")
     b.add_argument("--synthetic", type=int, default=0, help="extra synthetic documents")
     b.add_argument("--tenants", type=int, nargs="+", default=[2, 50], help="tenant counts")
     b.set_defaults(run=lazy("ragindex.measure.bench.cli", "bench_tenancy_command"))
     b = bench.add_parser("suite", help="every benchmark in one run: JSON, PNG plots, peers")
-    b.add_argument("--json", type=Path, help="default docs/benchmarks.json")
+    b.add_argument("--json", type=Path, metavar="FILE", help="default docs/benchmarks.json")
     b.add_argument("--plots", type=Path, help="PNG folder (default docs/img)")
     b.add_argument("--vectors", type=int, default=100_000)
     b.add_argument("--es-vectors", type=int, default=20_000, help="vectors for ES kNN")
@@ -155,16 +159,20 @@ def add_commands(sub: argparse._SubParsersAction[Any]) -> None:
     b.add_argument("--check", action="store_true", help=CHECK_HELP)
     b.set_defaults(run=lazy("ragindex.measure.bench.suite_cli", "bench_suite_command"))
 
-    p = sub.add_parser("gate", help="release gate: Cranfield + benchmark ratios vs a baseline")
+    p = sub.add_parser(
+        "gate", help="[maintainer] release gate: Cranfield + benchmark ratios vs a baseline"
+    )
     common(p, tenant=False)
     p.add_argument("--collection", default="cranfield")
     p.add_argument("--baseline", type=Path, help="default measure/gate/baseline.json")
     p.add_argument("--update-baseline", action="store_true", help="rewrite the baseline")
     p.add_argument("--legs", nargs="+", help="legs to replay (default: all)")
-    p.add_argument("--json", type=Path, help="write this run's measurement")
+    p.add_argument("--json", type=Path, metavar="FILE", help="write this run's measurement")
     p.set_defaults(run=lazy("ragindex.measure.gate.run", "gate_command"))
 
-    p = sub.add_parser("docs", help="regenerate docs/benchmarks.md from the last suite JSON")
+    p = sub.add_parser(
+        "docs", help="[maintainer] regenerate docs/benchmarks.md from the last suite JSON"
+    )
     p.add_argument("--suite", type=Path, help="default docs/benchmarks.json")
     p.add_argument("--out", type=Path, help="default docs/benchmarks.md")
     p.set_defaults(run=lazy("ragindex.measure.docs", "docs_command"))

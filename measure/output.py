@@ -3,23 +3,17 @@
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ragindex.cli_output import emit_json
 from ragindex.errors import InvalidInput
 
 
 def write_json(path: Path, payload: Mapping[str, Any]) -> None:
-    """Write `payload` as indented JSON to path (folders made, temp file then rename), and say
-    so on stderr."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(payload, indent=2) + "\n")
-    tmp.replace(path)
-    print(f"wrote {path}", file=sys.stderr)
+    """`--json FILE`: the report to FILE (or `-`, standard output), as every command does."""
+    emit_json(path, payload)
 
 
 def read_json(path: Path) -> dict[str, Any]:

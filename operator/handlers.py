@@ -34,9 +34,8 @@ import kopf
 from lightkube import AsyncClient
 from lightkube.config.kubeconfig import KubeConfig
 from lightkube.core.exceptions import ApiError
-from pydantic import ValidationError
 
-from ragindex.config import RagIndexSpec
+from ragindex.config import RagIndexSpec, parse_spec
 from ragindex.errors import InvalidInput
 from ragindex.generations import index_generation, lexical_alias, lexical_index_name
 from ragindex.operator import apply, local_runtime
@@ -102,10 +101,7 @@ class OperatorOptions:
 def validate_spec(name: str, raw: Any, runtime: Runtime) -> RagIndexSpec:
     """The spec as the model, or InvalidInput with the message a human needs to fix it."""
     validate_name(name)
-    try:
-        spec = RagIndexSpec.model_validate(dict(raw or {}))
-    except ValidationError as e:
-        raise InvalidInput(f"invalid spec: {e}") from e
+    spec = parse_spec(dict(raw or {}), "invalid spec")
     if runtime == "local" and managed_elasticsearch(spec):
         raise InvalidInput(
             "a managed Elasticsearch needs the cluster runtime: set lexical.elasticsearchUrl"

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
+
+from ragindex.errors import InvalidInput
 
 
 class _Spec(BaseModel):
@@ -496,3 +498,17 @@ class RagIndexSpec(_Spec):
         if self.reranker.enabled and self.reranker.top_n < self.fusion.top_k:
             raise ValueError("reranker.topN must be >= fusion.topK")
         return self
+
+
+def parse_spec(raw: object, where: str = "spec") -> RagIndexSpec:
+    """The spec as the model, or InvalidInput naming each bad field on one line
+    (`spec x.yaml: dense.shards: Input should be greater than or equal to 1; ...`)."""
+    if raw is not None and not isinstance(raw, dict):
+        raise InvalidInput(f"{where}: expected a mapping of spec fields, got {raw!r:.80}")
+    try:
+        return RagIndexSpec.model_validate(raw or {})
+    except ValidationError as err:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'spec'}: {e['msg']}" for e in err.errors()
+        )
+        raise InvalidInput(f"{where}: {problems}") from err

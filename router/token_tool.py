@@ -18,13 +18,13 @@ with nothing changed.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
 
+from ragindex.cli_output import add_json_option, emit_json
 from ragindex.errors import RagIndexError
 from ragindex.router.auth import (
     IssuedToken,
@@ -75,15 +75,11 @@ def add_token_commands(
     )
     t.add_argument("--name", help="a short label shown by `list` (1-63 of A-Z a-z 0-9 . _ -)")
     t.add_argument("--description", help="free text shown by `list --json` (256 characters)")
-    t.add_argument(
-        "--json",
-        action="store_true",
-        help="print the token and its record as one JSON object instead of text",
-    )
+    add_json_option(t)  # the token and its record as one JSON object
     made.append(t)
 
     t = tokens.add_parser("list", help="list tokens: id, tenant, principals, created, expiry")
-    t.add_argument("--json", action="store_true", help="print a JSON array instead of a table")
+    add_json_option(t)  # a JSON array of the records
     made.append(t)
 
     t = tokens.add_parser("revoke", help="remove a token by its id (from `list`)")
@@ -98,8 +94,8 @@ def _describe(record: TokenRecord) -> str:
     return f"token {record.id} for tenant {record.tenant!r}, principals {principals}, {expires}"
 
 
-def _issued_json(issued: IssuedToken) -> str:
-    return json.dumps({**issued.record.to_json(), "token": issued.token})
+def _issued_json(issued: IssuedToken) -> dict[str, object]:
+    return {**issued.record.to_json(), "token": issued.token}
 
 
 def table(records: Sequence[TokenRecord], now: datetime | None = None) -> str:
@@ -146,14 +142,16 @@ def run(
                 text, issued = issue_in_text(
                     stdin.read(), args.tenant, args.principal, where="stdin", **options
                 )
-                stdout.write(text)
-                print(_issued_json(issued) if args.json else _describe(issued.record), file=stderr)
-                if not args.json:
+                stdout.write(text)  # the file; the token goes to stderr (or --json FILE)
+                if args.json:
+                    emit_json(args.json, _issued_json(issued), stdout=stderr, private=True)
+                else:
+                    print(_describe(issued.record), file=stderr)
                     print(issued.token, file=stderr)
                 return 0
             issued = issue_token(Path(path), args.tenant, args.principal, **options)
             if args.json:
-                print(_issued_json(issued), file=stdout)
+                emit_json(args.json, _issued_json(issued), stdout=stdout, private=True)
             else:
                 print(f"{_describe(issued.record)} (stored hashed in {path}):", file=stdout)
                 print(issued.token, file=stdout)
@@ -162,7 +160,7 @@ def run(
             records = list_in_text(stdin.read(), "stdin") if stdio else list_tokens(Path(path))
             now = datetime.now(UTC)
             if args.json:
-                print(json.dumps([record.to_json(now) for record in records]), file=stdout)
+                emit_json(args.json, [record.to_json(now) for record in records], stdout=stdout)
             elif records:
                 print(table(records, now), file=stdout)
             else:

@@ -10,7 +10,6 @@ throwaway local Elasticsearch filled as a second BM25 view of that index's log.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -232,8 +231,7 @@ def bench_serve_command(args: argparse.Namespace) -> int:
     )
     print(format_report(report))
     if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
-        print(f"wrote {args.json}", file=sys.stderr)
+        write_json(args.json, report)
     return 1 if getattr(args, "check", False) and report["missed_goals"] else 0
 
 
@@ -249,6 +247,5 @@ def bench_http_command(args: argparse.Namespace) -> int:
     report = run_bench_http(variants)
     print(format_http_report(report))
     if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
-        print(f"wrote {args.json}", file=sys.stderr)
+        write_json(args.json, report)
     return 1 if any("error" in v for v in report["variants"].values()) else 0

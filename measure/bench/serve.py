@@ -223,13 +223,11 @@ def _run(
     from ragindex.app.serve_cli import (
         APP_NAME,
         CLUSTER_WORKER_NICENESS,
-        ray_environment,
+        apply_ray_environment,
         stop_local,
     )
 
-    # Ray fixes its auth mode when first imported: the serve environment goes first.
-    os.environ.pop("RAY_AUTH_TOKEN", None)
-    os.environ.update(ray_environment(data_dir, "cluster" if shard_replicas else "local"))
+    apply_ray_environment(data_dir, "cluster" if shard_replicas else "local")
     free_dashboard_port()
     from ragindex.app.serve.data_plane import DEFAULT_NAMESPACE, open_log
     from ragindex.app.serve.query_side import LocalQuerySide

@@ -27,6 +27,7 @@ from ragindex.measure.evals.collections import Collection, cranfield_to_beir, lo
 from ragindex.measure.evals.golden import add_judged_query
 from ragindex.measure.evals.runner import EvalReport, evaluate, ingest_collection
 from ragindex.measure.evals.split import restrict
+from ragindex.measure.output import write_json
 
 LEG_MODES = {
     "bm25": ("lexical", False),
@@ -133,8 +134,7 @@ def eval_command(args: argparse.Namespace) -> int:
     finally:
         index.close()
     if args.json:
-        args.json.write_text(json.dumps(payload, indent=2) + "\n")
-        print(f"wrote {args.json}")
+        write_json(args.json, payload)
     return 0
 
 

@@ -14,7 +14,6 @@ split, and the in-process latency per query of each leg.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -27,6 +26,7 @@ from ragindex.measure.evals.cli import LEG_MODES, eval_data_dir, resolve_collect
 from ragindex.measure.evals.collections import Collection
 from ragindex.measure.evals.runner import evaluate, ingest_collection
 from ragindex.measure.evals.split import SPLITS, split_queries
+from ragindex.measure.output import write_json
 from ragindex.router.query import QueryEngine
 
 METRICS = ("ndcg@10", "recall@100")
@@ -255,8 +255,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     finally:
         index.close()
-    args.json.write_text(json.dumps(out, indent=2) + "\n")
-    print(f"wrote {args.json}")
+    write_json(args.json, out)
     return 0
 
 

@@ -230,3 +230,43 @@ def test_jsonl_refuses_lone_surrogates_naming_the_line() -> None:
     data = b'{"doc_id": "1", "text": "ok"}\n{"doc_id": "2", "text": "bad \\ud800 text"}\n'
     with pytest.raises(InvalidInput, match=r"x.jsonl line 2: .*lone surrogate"):
         parse_jsonl(data, "x.jsonl", default_source="s")
+
+
+def test_markdown_front_matter_sets_fields_and_metadata(tmp_path: Path) -> None:
+    md = tmp_path / "guide.md"
+    md.write_text(
+        "---\ntitle: Install guide\ndoc_id: install\nupdated: 2026-11-30\n"
+        "acl: [group:eng]\ntags: [setup, helm]\nteam: platform\n---\n# Heading\n\nBody text.\n"
+    )
+    (doc,) = load_file(md, "docs")
+    assert (doc.doc_id, doc.title, doc.updated) == (
+        "install",
+        "Install guide",
+        "2026-11-30T00:00:00+00:00",
+    )
+    assert doc.acl == ("group:eng",)
+    assert doc.metadata == {"format": "markdown", "tags": ["setup", "helm"], "team": "platform"}
+    assert doc.text.startswith("# Heading") and "---" not in doc.text
+
+
+@pytest.mark.parametrize(
+    ("head", "message"),
+    [
+        ("---\ntitle: x\n# never closed\n", "never closed"),
+        ("---\ntitle: [unclosed\n---\ntext\n", "front matter is not YAML"),
+        ("---\n- a list\n---\ntext\n", "must be a mapping"),
+        ("---\nupdated: 12\n---\ntext\n", "updated must be a date"),
+    ],
+)
+def test_bad_front_matter_names_the_file(tmp_path: Path, head: str, message: str) -> None:
+    md = tmp_path / "bad.md"
+    md.write_text(head)
+    with pytest.raises(InvalidInput, match=f"bad.md: .*{message}"):
+        load_file(md, "docs")
+
+
+def test_a_thematic_break_later_is_not_front_matter(tmp_path: Path) -> None:
+    md = tmp_path / "plain.md"
+    md.write_text("# Title\n\ntext\n\n---\n\nmore\n")
+    (doc,) = load_file(md, "docs")
+    assert doc.title == "Title" and doc.metadata == {"format": "markdown"}

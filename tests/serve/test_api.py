@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -522,3 +526,36 @@ def test_replicas_run_at_the_priority_of_the_process_that_started_ray(served: Se
     replicas = [p for p in me.children(recursive=True) if is_replica(p)]
     assert replicas, "no Serve replica among this process's children"
     assert {p.nice() for p in replicas} == {me.nice()}
+
+
+def test_the_cli_posts_a_folder_to_a_running_server(
+    served: ServedApp, tokens: dict[str, str], tmp_path: Path
+) -> None:
+    """`ragindex ingest DIR --url URL` (its own process, token from the environment): every
+    document acknowledged and searchable for the token's tenant; run again with --skip it
+    resumes after the documents already sent; a refused token stops with one line, exit 2."""
+    folder = tmp_path / "manuals"
+    folder.mkdir()
+    (folder / "kiln.md").write_text(
+        "---\ntitle: Kiln manual\nteam: ceramics\n---\n# Firing\n\nA kiln fires clay pots at"
+        " twelve hundred degrees for a glaze that rings like a bell.\n"
+    )
+    (folder / "loom.txt").write_text("A loom weaves weft threads through the warp.\n")
+    cli = [sys.executable, "-m", "ragindex.app.cli", "ingest", str(folder), "--url", served.url]
+    env = {**os.environ, "RAGINDEX_TOKEN": tokens["alpha"]}
+    ran = subprocess.run([*cli, "--wait"], env=env, capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 0, ran.stderr
+    assert "2 documents acknowledged" in ran.stdout
+    with served.client(tokens["alpha"]) as client:
+        hit = search(client, "kiln glaze firing clay", k=1, mode="lexical")["hits"][0]
+        assert (hit["source"], hit["doc_id"], hit["title"]) == ("manuals", "kiln.md", "Kiln manual")
+    with served.client(tokens["beta"]) as client:
+        assert search(client, "kiln glaze firing clay", mode="lexical")["hits"] == []
+    resumed = subprocess.run([*cli, "--skip", "1"], env=env, capture_output=True, text=True)
+    assert resumed.returncode == 0 and "1 documents acknowledged" in resumed.stdout
+    refused = subprocess.run(
+        [*cli, "--token", "not-a-token"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert refused.returncode == 2, refused.stderr
+    (line,) = [x for x in refused.stderr.splitlines() if x.startswith("ragindex:")]
+    assert "HTTP 401" in line and "stopped at document 1 of 2" in line

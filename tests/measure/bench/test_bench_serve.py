@@ -6,6 +6,10 @@ Shapes and decisions only, never wall-clock figures (benchmarks are not tests).
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -170,3 +174,42 @@ def test_the_peer_request_ranks_as_the_tantivy_view(
             es.close()
     finally:
         log.close()
+
+
+@pytest.mark.serve
+@pytest.mark.slow
+def test_the_command_serves_and_measures_as_a_user_runs_it(tmp_path: Path) -> None:
+    """`ragindex bench serve` from a shell with no Ray settings of its own. Its command module
+    imports Ray (through the embedded index) before the benchmark sets the token-auth
+    environment, and a driver left in the mode Ray read at import could not talk to the GCS it
+    started (InvalidAuthToken)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+    out = tmp_path / "serve.json"
+    ran = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ragindex.app.cli",
+            "bench",
+            "serve",
+            "--chunks",
+            "100",
+            "--skip",
+            "peer",
+            "--skip",
+            "load",
+            "--json",
+            str(out),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert ran.returncode == 0, ran.stderr[-4000:]
+    report = json.loads(out.read_text())
+    assert report["chunks"] == 100 and report["runtime"] == "local"
+    assert report["queries"] > 0 and report["http_p50_ms"] > 0 and report["inproc_p50_ms"] > 0
+    assert report["freshness_all_replicas_p99_s"] > 0 and report["bootstrap_s"] > 0
+    assert "saturation" not in report and "peer" not in report
