@@ -29,7 +29,13 @@ from pathlib import Path
 
 from ragindex.app.engine import elasticsearch_auth
 from ragindex.app.generations import read_record, write_record
-from ragindex.app.serve.data_plane import DEFAULT_NAMESPACE, ensure_topics, open_log, replica_dir
+from ragindex.app.serve.data_plane import (
+    DEFAULT_NAMESPACE,
+    ensure_topics,
+    open_log,
+    open_snapshot_log,
+    replica_dir,
+)
 from ragindex.app.serve.generation_report import gather_evidence
 from ragindex.app.serve.query_side import LocalQuerySide, SerializedEmbedder
 from ragindex.app.serve_cli import APP_NAME
@@ -53,7 +59,7 @@ from ragindex.ingest.worker import IngestWorker
 from ragindex.lexical.elasticsearch_index import ElasticsearchIndex, make_client
 from ragindex.models.embedder import load_embedder
 from ragindex.protocols import Embedder, Log
-from ragindex.topics import plane_topics
+from ragindex.topics import plane_snapshots_topic, plane_topics
 
 REINDEX_REPLICA = "reindex"
 BATCH = 64
@@ -214,8 +220,10 @@ def move_read_alias(spec: RagIndexSpec, generation: str) -> None:
 
 
 def retire_expired(data_dir: Path, log_: Log, now: float) -> GenerationRecord:
-    """Delete the topics and replica directories of generations retained or failed longer
-    than the serving spec's rollback window, then drop them from the record."""
+    """Delete the topics (chunks and the replicas' snapshots) and replica directories of
+    generations retained or failed longer than the serving spec's rollback window, then drop
+    them from the record. (Their ingest group's offsets on `docs` may stay: a worker of the
+    generation applied again finds no chunk of them and reads `docs` from 0.)"""
     record = read_record(data_dir)
     if record is None or record.active is None:
         raise InvalidInput(f"nothing was ingested into {data_dir} yet: there is no index")
@@ -224,6 +232,13 @@ def retire_expired(data_dir: Path, log_: Log, now: float) -> GenerationRecord:
     for generation in doomed:
         spec = record.spec_of(generation)
         log_.delete_topic(plane_topics(spec, APP_NAME, DEFAULT_NAMESPACE).chunks)
+        # Its snapshots name offsets of the chunks topic just deleted: never load them.
+        snapshot_log = open_snapshot_log(data_dir, log_)
+        try:
+            snapshot_log.delete_topic(plane_snapshots_topic(spec, APP_NAME, DEFAULT_NAMESPACE))
+        finally:
+            if snapshot_log is not log_:
+                snapshot_log.close()
         shutil.rmtree(replica_dir(data_dir, spec, REINDEX_REPLICA, 0).parent, ignore_errors=True)
         with _elasticsearch(spec) as es:
             if es is not None:

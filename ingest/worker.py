@@ -379,10 +379,36 @@ class IngestWorker:
 
     def _next_offset(self, partition: int) -> int:
         """Where this worker reads `partition` next: its committed offset, read from the log
-        once (after a claim, or a failed commit) and then advanced by its own commits."""
+        once (after a claim, or a failed commit) and then advanced by its own commits.
+
+        A committed offset with no document of the partition in the manifest is not trusted:
+        offsets and chunks commit together, so it was committed over another chunks topic
+        (the generation was retired, its chunks topic deleted, and applied again: the group's
+        offsets on `docs` outlive it) or everything read so far was deleted. Either way the
+        partition is read again from 0 (and 0 committed, so that progress reports and
+        promotion checks see it too): what is already indexed is unchanged, so nothing is
+        embedded twice."""
         offset = self._next.get(partition)
         if offset is None:
             offset = self.log.committed(self.group, self.topics.docs, partition)
+            if offset > 0 and not any(
+                self._docs_partition(doc) == partition for doc in self.manifest
+            ):
+                log.warning(
+                    "docs partition %d: group %s committed offset %d, but %s holds no chunk of"
+                    " it (a generation applied again after it was retired?): reading from 0",
+                    partition,
+                    self.group,
+                    offset,
+                    self.topics.chunks,
+                )
+                offset = 0
+                self.log.append_and_commit(
+                    self.topics.chunks,
+                    [],
+                    group=self.group,
+                    consumed={(self.topics.docs, partition): offset},
+                )
             self._next[partition] = self._since[partition] = offset
         return offset
 

@@ -51,3 +51,16 @@ def set_topic_config(
     entry = ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
     resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[entry])
     admin.incremental_alter_configs([resource])[resource].result(timeout_s)
+
+
+def broker_config_min(admin: AdminClient, name: str, timeout_s: float) -> int | None:
+    """The smallest value of the integer broker config `name` over the cluster's brokers (None
+    if no broker reports it)."""
+    brokers = admin.list_topics(timeout=timeout_s).brokers
+    resources = [ConfigResource(ConfigResource.Type.BROKER, str(b)) for b in sorted(brokers)]
+    values = []
+    for future in admin.describe_configs(resources).values():
+        entry = future.result(timeout_s).get(name)
+        if entry is not None and entry.value is not None:
+            values.append(int(entry.value))
+    return min(values, default=None)

@@ -30,6 +30,10 @@
   the producer's `message.max.bytes` and every topic's `max.message.bytes` are
   `MAX_MESSAGE_BYTES` (`ensure_topic` raises it on a topic made with less, e.g. Kafka's 1 MB
   default); a record the broker still refuses as too large is `TooLarge`, never retried.
+- The brokers' `offsets.retention.minutes` is checked at the first `claim`: the ingest groups
+  commit offsets in transactions and never join, so the broker drops them that long after their
+  last commit; below MIN_OFFSETS_RETENTION_MINUTES the log warns (an idle spell that long makes
+  the next worker restart re-read `docs` from the start).
 """
 
 from __future__ import annotations
@@ -53,7 +57,13 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from ragindex.errors import BackendUnavailable, InvalidInput, OffsetOutOfRange, TooLarge
-from ragindex.log.kafka_admin import has_leaders, partition_count, set_topic_config, topic_config
+from ragindex.log.kafka_admin import (
+    broker_config_min,
+    has_leaders,
+    partition_count,
+    set_topic_config,
+    topic_config,
+)
 from ragindex.log.kafka_calls import (
     FENCED_ERRORS,
     OUT_OF_RANGE_ERRORS,
@@ -68,7 +78,7 @@ from ragindex.log.kafka_calls import (
 )
 from ragindex.log.validation import check_consumed, check_records, check_topic_name
 from ragindex.protocols import WriterFenced
-from ragindex.topics import MAX_MESSAGE_BYTES, MAX_RECORD_BYTES
+from ragindex.topics import MAX_MESSAGE_BYTES, MAX_RECORD_BYTES, MIN_OFFSETS_RETENTION_MINUTES
 from ragindex.types import LogRecord
 
 log = logging.getLogger("ragindex.log")
@@ -127,6 +137,7 @@ class KafkaLog:
         self._groups: dict[str, Consumer] = {}
         self._partition_counts: dict[str, int] = {}
         self._append_id = f"ragindex.append.{uuid.uuid4().hex}"
+        self._retention_checked = False
         self._offsets = Consumer(
             {
                 **self._common,
@@ -321,11 +332,36 @@ class KafkaLog:
 
     def claim(self, group: str, topic: str, partition: int) -> int:
         self._check_partition(topic, partition)
+        self._check_offsets_retention()
         txid = transactional_id(group, {(topic, partition): 0})
         with self._writing_lock(txid):
             self._producers.pop(txid, None)  # this client's own, if it wrote before: replaced
             self._producer(txid)  # init_transactions: the broker fences every earlier writer
         return self.committed(group, topic, partition)
+
+    def _check_offsets_retention(self) -> None:
+        """Warn, once per log, when the brokers keep committed offsets shorter than
+        MIN_OFFSETS_RETENTION_MINUTES (a broker that does not say is not warned about)."""
+        if self._retention_checked:
+            return
+        try:
+            minutes = broker_config_min(self._admin, "offsets.retention.minutes", self.timeout_s)
+        except (KafkaException, ValueError) as e:
+            log.warning("could not read the brokers' offsets.retention.minutes: %s", e)
+            return
+        self._retention_checked = True
+        if minutes is not None and minutes < MIN_OFFSETS_RETENTION_MINUTES:
+            log.warning(
+                "Kafka (%s) keeps committed offsets only offsets.retention.minutes=%d: the"
+                " ingest groups commit in transactions and never join, so after %d idle"
+                " minutes their offsets expire and the next worker restart will re-read docs"
+                " from the start; set offsets.retention.minutes >= %d on the brokers (the"
+                " operator's managed log sets it)",
+                self._common["bootstrap.servers"],
+                minutes,
+                minutes,
+                MIN_OFFSETS_RETENTION_MINUTES,
+            )
 
     def _transact(
         self,

@@ -17,7 +17,13 @@ from ragindex.operator.objects import (
     object_metadata,
     ray_pod_labels,
 )
-from ragindex.topics import MAX_MESSAGE_BYTES, chunks_topic, docs_topic, snapshots_topic
+from ragindex.topics import (
+    MAX_MESSAGE_BYTES,
+    OFFSETS_RETENTION_MINUTES,
+    chunks_topic,
+    docs_topic,
+    snapshots_topic,
+)
 
 
 def render_managed_log(
@@ -66,7 +72,14 @@ def render_managed_log(
                             ],
                         }
                     ],
-                    "config": {**replication, "auto.create.topics.enable": False},
+                    "config": {
+                        **replication,
+                        "auto.create.topics.enable": False,
+                        # The ingest groups commit in transactions and never join: Kafka keeps
+                        # their offsets this long after the last commit (default 7 days, after
+                        # which a restart would re-read all of docs).
+                        "offsets.retention.minutes": OFFSETS_RETENTION_MINUTES,
+                    },
                 },
                 # The Topic Operator turns the KafkaTopics below into topics.
                 "entityOperator": {"topicOperator": {}},

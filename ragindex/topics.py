@@ -30,6 +30,16 @@ MAX_MESSAGE_BYTES = MAX_RECORD_BYTES + 65_536
 producer's message.max.bytes and the max.message.bytes of every topic the app or the operator
 creates."""
 
+OFFSETS_RETENTION_MINUTES = 10 * 365 * 24 * 60
+"""Kafka's `offsets.retention.minutes` for the index's brokers: ten years, i.e. never in
+practice. The ingest groups (`ingest.<generation>`) commit their `docs` offsets inside
+transactions and never join as members, so Kafka expires their offsets that long after the
+last commit; at its default (7 days) a quiet week loses them, and the next worker restart
+reads `docs` again from offset 0. A retired generation's group is deleted with it."""
+MIN_OFFSETS_RETENTION_MINUTES = 30 * 24 * 60
+"""Below this `offsets.retention.minutes` (30 days) the Kafka log warns when an ingest worker
+claims a partition: an idle spell that long would make its next restart re-read `docs`."""
+
 
 def docs_topic(namespace: str, name: str) -> str:
     return f"{PREFIX}.{namespace}.{name}.docs"

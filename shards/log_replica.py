@@ -9,6 +9,13 @@ snapshots periodically so a restart replays little: written on a thread of its o
 applies and serves, at bounds spread per replica so that a shard's replicas drift apart, not
 snapshotting at once. A publishing replica also puts every PUBLISH_EVERY_RECORDS-th snapshot (or
 one a while after any change) into the log.
+
+Tombstones: compaction drops a delete marker `delete.retention.ms` after it was written (Kafka),
+and a replay from a snapshot older than that would miss the delete and serve the chunk again.
+So a snapshot carries `caught_up_at`, the wall time at which its replica last read the
+partition to its end at or before the snapshot's offset (every record the snapshot misses was
+written after it); given `tombstone_retention_s`, a replica refuses a snapshot (its own, then
+the published one) whose `caught_up_at` is older than that, or unknown, and replays from 0.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -74,7 +82,11 @@ def publish_due(records_since: int, seconds_since: float, *, published: bool) ->
     )
 
 
-def texts_json(offset: int, texts: dict[str, list[dict[str, object]]]) -> bytes:
+def texts_json(
+    offset: int,
+    texts: dict[str, list[dict[str, object]]],
+    caught_up_at: float | None = None,
+) -> bytes:
     """`{"offset": offset, "chunks": texts}` as JSON, encoded TEXTS_PIECE chunks per call: one
     call holds the GIL throughout (~0.3 s for 50 k chunks), which would stall the replica's
     searches and applies on its other threads for as long."""
@@ -85,7 +97,10 @@ def texts_json(offset: int, texts: dict[str, list[dict[str, object]]]) -> bytes:
             for i in range(0, len(chunks), TEXTS_PIECE)
         )
         tenants.append(f"{json.dumps(tenant)}: [{', '.join(pieces)}]")
-    return f'{{"offset": {offset}, "chunks": {{{", ".join(tenants)}}}}}'.encode()
+    head = f'"offset": {offset}' + (
+        "" if caught_up_at is None else f', "caught_up_at": {json.dumps(caught_up_at)}'
+    )
+    return f'{{{head}, "chunks": {{{", ".join(tenants)}}}}}'.encode()
 
 
 @dataclass(frozen=True)
@@ -93,6 +108,7 @@ class _Snapshot:
     """What a snapshot writes, captured on the applying thread (`LogShardReplica._capture`)."""
 
     offset: int
+    caught_up_at: float | None  # wall time the replica last read to the end, at <= offset
     texts: dict[str, list[dict[str, object]]]  # tenant -> its chunks' fields
     shard: ShardImage
     publish: bool  # publish it to the log once written
@@ -114,9 +130,12 @@ class LogShardReplica:
         snapshots: SnapshotTopic | None = None,
         *,
         publish: bool = False,
+        tombstone_retention_s: float | None = None,
     ) -> None:
         """`snapshots`: the shard's partition of `snapshots.<generation>`, loaded from when this
-        replica has no snapshot of its own, and published to when `publish`."""
+        replica has no snapshot of its own, and published to when `publish`.
+        `tombstone_retention_s`: how long the log keeps a tombstone (None: for ever, as the
+        file log does); a snapshot caught up longer ago than that is not loaded."""
         self.log = log_
         self.topic = topic
         self.partition = shard
@@ -133,6 +152,8 @@ class LogShardReplica:
         self.snapshots = snapshots
         self.publish = publish and snapshots is not None
         self._published = False  # whether the log holds a snapshot this replica made or loaded
+        self.tombstone_retention_s = tombstone_retention_s
+        self._caught_up_at: float | None = None  # wall time of the last read to the end
         self._load_snapshot(hnsw, exact_threshold)
         self.start_offset = self.offset  # where replay began: > 0 when a snapshot was loaded
         self._since_snapshot = self._since_publish = 0
@@ -148,8 +169,13 @@ class LogShardReplica:
     def _load_snapshot(self, hnsw: HnswSpec, exact_threshold: int) -> None:
         snap = self.directory / SNAPSHOT_DIR
         has_local = (snap / MANIFEST).exists() and (snap / TEXTS).exists()
+        if has_local and self._too_old(snap):  # the published one may be newer
+            (snap / MANIFEST).unlink()
+            has_local = False
         if not has_local and self.snapshots is not None:
             self._fetch_published(snap)
+            if (snap / MANIFEST).exists() and self._too_old(snap):
+                (snap / MANIFEST).unlink()
         if not (snap / MANIFEST).exists() or not (snap / TEXTS).exists():
             return
         try:
@@ -164,6 +190,7 @@ class LogShardReplica:
             return  # a crash between the two writes, or another generation: replay from 0
         self.shard = shard
         self.offset = shard.wal_offset
+        self._caught_up_at = texts.get("caught_up_at")
         self.texts = {
             tenant: {c["chunk_id"]: Chunk(**c) for c in chunks}
             for tenant, chunks in texts["chunks"].items()
@@ -171,6 +198,28 @@ class LogShardReplica:
         for tenant, chunks_ in self.texts.items():
             for chunk in chunks_.values():
                 self.postings.setdefault(tenant, TermPostings()).add(chunk)
+
+    def _too_old(self, snap: Path) -> bool:
+        """Whether the snapshot in `snap` may miss tombstones the log no longer holds: caught
+        up longer than the tombstone retention ago (or at an unknown time)."""
+        if self.tombstone_retention_s is None:
+            return False
+        try:
+            caught_up_at = texts_head(snap / TEXTS).get("caught_up_at")
+        except (OSError, ValueError):
+            return False  # unreadable: the load says so and replays from 0
+        age = None if caught_up_at is None else time.time() - float(caught_up_at)
+        if age is not None and age <= self.tombstone_retention_s:
+            return False
+        log.warning(
+            "shard %d: snapshot in %s was caught up %s ago, past the tombstone retention of"
+            " %.0f s: the log may have dropped deletes it misses; not loading it",
+            self.partition,
+            snap,
+            "an unknown time" if age is None else f"{age:.0f} s",
+            self.tombstone_retention_s,
+        )
+        return True
 
     def _fetch_published(self, snap: Path) -> None:
         """Write the newest complete snapshot published to the log into `snap`, if any."""
@@ -199,6 +248,7 @@ class LogShardReplica:
         while max_records is None or applied < max_records:
             records = self.log.read(self.topic, self.partition, self.offset, max_records=READ_BATCH)
             if not records:
+                self._caught_up_at = time.time()  # whatever comes later is written after now
                 break
             self._apply(records)
             applied += len(records)
@@ -262,6 +312,7 @@ class LogShardReplica:
         self.shard.wal_offset = self.offset
         taken = _Snapshot(
             offset=self.offset,
+            caught_up_at=self._caught_up_at,
             # vars, not asdict: asdict deep-copies every field (20 s per 50 k chunks)
             texts={t: [vars(c) for c in cs.values()] for t, cs in self.texts.items()},
             shard=self.shard.image(),
@@ -282,7 +333,7 @@ class LogShardReplica:
         runs on the snapshot thread while the replica applies."""
         snap = self.directory / SNAPSHOT_DIR
         snap.mkdir(parents=True, exist_ok=True)
-        write_durable(snap / TEXTS, texts_json(taken.offset, taken.texts))
+        write_durable(snap / TEXTS, texts_json(taken.offset, taken.texts, taken.caught_up_at))
         taken.shard.write(snap)
         return taken.publish and self._publish_files(taken.offset)
 
@@ -346,3 +397,10 @@ class LogShardReplica:
     def documents(self, tenant_id: str) -> set[tuple[str, str]]:
         with self._texts_lock:
             return {(c.source, c.doc_id) for c in self.texts.get(tenant_id, {}).values()}
+
+
+def texts_head(path: Path) -> dict[str, Any]:
+    """The fields of a snapshot's texts file other than its chunks (read whole: small next to
+    the FAISS files the load reads anyway)."""
+    data = json.loads(path.read_bytes())
+    return {k: v for k, v in data.items() if k != "chunks"}

@@ -53,6 +53,14 @@ def open_snapshot_log(data_dir: Path, log_: Log) -> Log:
     return FileLog(data_dir / "snapshot-log")
 
 
+def tombstone_retention_s(spec: RagIndexSpec) -> float | None:
+    """How long the log keeps a tombstone: Kafka's topics keep it `tombstoneRetentionHours`
+    (delete.retention.ms); the file log's compaction keeps every tombstone (None)."""
+    if os.environ.get(KAFKA_BOOTSTRAP_ENV):
+        return spec.log.tombstone_retention_hours * 3600.0
+    return None
+
+
 def ensure_topics(log_: Log, topics: DataPlaneTopics) -> None:
     log_.ensure_topic(topics.docs, topics.docs_partitions, compacted=True)
     log_.ensure_topic(topics.chunks, topics.shards, compacted=True)

@@ -27,7 +27,12 @@ from ray.serve.handle import DeploymentHandle
 from ragindex.app.answers import answer_service
 from ragindex.app.engine import open_lexical
 from ragindex.app.serve import failover
-from ragindex.app.serve.data_plane import applied_target, open_log, open_snapshot_log
+from ragindex.app.serve.data_plane import (
+    applied_target,
+    open_log,
+    open_snapshot_log,
+    tombstone_retention_s,
+)
 from ragindex.app.serve.pools import RemoteEmbedder, RemoteReranker
 from ragindex.app.serve.progress import (
     STALE_S,
@@ -196,6 +201,7 @@ class LocalQuerySide:
                     snapshot_log, self.snapshots_topic, i, shards, self.topics.chunks, identity
                 ),
                 publish=self.publish,
+                tombstone_retention_s=tombstone_retention_s(self.spec),
             )
             for i in range(shards)
         ]

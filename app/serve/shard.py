@@ -13,7 +13,13 @@ from typing import Any
 
 from ray.serve.handle import DeploymentHandle
 
-from ragindex.app.serve.data_plane import open_log, open_snapshot_log, replica_dir, replica_rank
+from ragindex.app.serve.data_plane import (
+    open_log,
+    open_snapshot_log,
+    replica_dir,
+    replica_rank,
+    tombstone_retention_s,
+)
 from ragindex.app.serve.progress import ProgressReporter
 from ragindex.app.serve.threads import limit_threads
 from ragindex.app.serve.topic_view import TopicView
@@ -75,6 +81,7 @@ class ShardServer:
                 self.spec.dense.exact_threshold,
                 snapshots,
                 publish=publish,
+                tombstone_retention_s=tombstone_retention_s(self.spec),
             ),
             f"shard {shard} is still opening",
             lambda replica: reporter.report({shard: replica.offset}),

@@ -18,7 +18,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,6 +26,7 @@ from confluent_kafka.admin import AdminClient
 
 from ragindex.errors import BackendUnavailable
 from ragindex.netutil import free_port, port_open
+from ragindex.topics import OFFSETS_RETENTION_MINUTES
 
 KAFKA_VERSION = "4.4.0"
 SASL_MECHANISM = "SCRAM-SHA-512"
@@ -67,7 +68,14 @@ def find_java() -> str:
     raise BackendUnavailable(f"no JDK 17+ found; set JAVA_HOME (looked in {homes})")
 
 
-def _properties(host: str, port: int, sasl_port: int, controller_port: int, data: Path) -> str:
+def _properties(
+    host: str,
+    port: int,
+    sasl_port: int,
+    controller_port: int,
+    data: Path,
+    extra: Mapping[str, str] | None = None,
+) -> str:
     settings = {
         "process.roles": "broker,controller",
         "node.id": "1",
@@ -103,6 +111,9 @@ def _properties(host: str, port: int, sasl_port: int, controller_port: int, data
         "log.cleaner.backoff.ms": "200",  # compaction tests see the cleaner within seconds
         "num.network.threads": "2",
         "num.io.threads": "2",
+        # What the operator renders for a managed log (Kafka's default is 7 days).
+        "offsets.retention.minutes": str(OFFSETS_RETENTION_MINUTES),
+        **(extra or {}),
     }
     return "".join(f"{k}={v}\n" for k, v in settings.items())
 
@@ -208,10 +219,14 @@ class KafkaServer:
 
 
 def start_kafka(
-    heap_mb: int = 512, startup_timeout_s: float = 120.0, host: str = "127.0.0.1"
+    heap_mb: int = 512,
+    startup_timeout_s: float = 120.0,
+    host: str = "127.0.0.1",
+    properties: Mapping[str, str] | None = None,
 ) -> KafkaServer:
     """Format a fresh KRaft storage on free ports of `host` (loopback unless a test made another
-    address, e.g. a node's, for pods to reach), start the broker, wait for it."""
+    address, e.g. a node's, for pods to reach), start the broker, wait for it. `properties`
+    override broker settings (e.g. a short `offsets.retention.minutes`)."""
     home = ensure_installed()
     run_dir = Path(tempfile.mkdtemp(prefix="ragindex-kafka-"))
     server = KafkaServer(
@@ -229,7 +244,12 @@ def start_kafka(
         props = run_dir / "server.properties"
         props.write_text(
             _properties(
-                host, server.port, server.sasl_port, server.controller_port, run_dir / "data"
+                host,
+                server.port,
+                server.sasl_port,
+                server.controller_port,
+                run_dir / "data",
+                properties,
             )
         )
         cluster_id = subprocess.run(

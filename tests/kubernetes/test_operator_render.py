@@ -31,7 +31,14 @@ from ragindex.serve_config import (
     KAFKA_PASSWORD_ENV,
     KAFKA_USERNAME_ENV,
 )
-from ragindex.topics import MAX_MESSAGE_BYTES, chunks_topic, docs_topic, snapshots_topic
+from ragindex.topics import (
+    MAX_MESSAGE_BYTES,
+    MIN_OFFSETS_RETENTION_MINUTES,
+    OFFSETS_RETENTION_MINUTES,
+    chunks_topic,
+    docs_topic,
+    snapshots_topic,
+)
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "ragindex.yaml"
 
@@ -256,6 +263,10 @@ def test_managed_log_renders_strimzi_kafka_and_the_index_topics() -> None:
     assert config["default.replication.factor"] == 3 and config["min.insync.replicas"] == 2
     assert config["transaction.state.log.min.isr"] == 2  # ingest commits transactionally
     assert config["auto.create.topics.enable"] is False
+    # The ingest groups commit offsets in transactions and never join: Kafka's default (7 days)
+    # would expire them after a quiet week, and the next restart would re-read all of docs.
+    assert config["offsets.retention.minutes"] == OFFSETS_RETENTION_MINUTES
+    assert OFFSETS_RETENTION_MINUTES >= MIN_OFFSETS_RETENTION_MINUTES > 7 * 24 * 60
     assert kafka["spec"]["entityOperator"] == {"topicOperator": {}}
     pool = one(objects, "KafkaNodePool")["spec"]
     assert pool["replicas"] == 5 and sorted(pool["roles"]) == ["broker", "controller"]
