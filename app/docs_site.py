@@ -35,6 +35,7 @@ from pydantic import BaseModel
 from ragindex.config import RagIndexSpec
 from ragindex.generations import GENERATION_FIELDS, SAME_VECTORS_AS
 from ragindex.operator import crd
+from ragindex.router.problems import PROBLEMS, TYPE_PREFIX
 
 REPO = Path(__file__).resolve().parents[1]
 CHART = REPO / "helm" / "ragindex-operator"
@@ -380,6 +381,16 @@ def http_reference(doc: Mapping[str, Any]) -> str:
         "",
         "A running server serves the same document at `/openapi.json` (and Swagger UI at"
         " `/docs`); it is also committed as [openapi.json](openapi.json).",
+        "",
+        "## Errors",
+        "",
+        "Every error is `application/problem+json` (RFC 9457): `type`"
+        f" (`{TYPE_PREFIX}<code>`, one per kind of error, never reused), `title`, `status`,"
+        " `detail` (what is wrong with this request) and `code`, the last part of `type`:",
+        "",
+        "| code | status | title |",
+        "| --- | --- | --- |",
+        *(f"| `{code}` | {kind.status} | {kind.title} |" for code, kind in PROBLEMS.items()),
         "",
         "## Endpoints",
         "",

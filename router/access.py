@@ -209,6 +209,22 @@ def _filter_kind(value: object) -> str | None:
     return "and" if hasattr(value, "and_") else "or" if hasattr(value, "or_") else "condition"
 
 
+def _any_of(schema: dict[str, Any]) -> None:
+    """The filter unions' branches exclude each other by their required keys (`and`, `or`,
+    `field` with its operator), so `anyOf` says what `oneOf` does. It is what the schema shows:
+    a generator of invalid requests (schemathesis) cannot negate the nested `oneOf` (no array
+    of filters can be drawn), which left the filter untested."""
+    for key, value in list(schema.items()):
+        if isinstance(value, dict):
+            _any_of(value)
+        elif isinstance(value, list):
+            for item in value:
+                if isinstance(item, dict):
+                    _any_of(item)
+        if key == "oneOf":
+            schema["anyOf"] = schema.pop("oneOf")
+
+
 def _tagged_by(kind: Callable[[object], str | None]) -> Discriminator:
     """Tagged by its keys, so that a bad filter gets the errors of the one shape it is meant to
     be, or the grammar when it is none of them."""
@@ -235,13 +251,21 @@ ConditionIn = Annotated[
 # nests deeper: the schema itself bounds a filter to 16 x 4 conditions.
 class NestedAndIn(_Strict):
     and_: list[ConditionIn] = Field(
-        alias="and", min_length=1, max_length=MAX_NESTED_FILTERS, description="All of these."
+        alias="and",
+        min_length=1,
+        max_length=MAX_NESTED_FILTERS,
+        description="All of these.",
+        json_schema_extra=_any_of,
     )
 
 
 class NestedOrIn(_Strict):
     or_: list[ConditionIn] = Field(
-        alias="or", min_length=1, max_length=MAX_NESTED_FILTERS, description="Any of these."
+        alias="or",
+        min_length=1,
+        max_length=MAX_NESTED_FILTERS,
+        description="Any of these.",
+        json_schema_extra=_any_of,
     )
 
 
@@ -255,13 +279,21 @@ NestedFilterIn = Annotated[
 
 class AndIn(_Strict):
     and_: list[NestedFilterIn] = Field(
-        alias="and", min_length=1, max_length=MAX_TOP_FILTERS, description="All of these."
+        alias="and",
+        min_length=1,
+        max_length=MAX_TOP_FILTERS,
+        description="All of these.",
+        json_schema_extra=_any_of,
     )
 
 
 class OrIn(_Strict):
     or_: list[NestedFilterIn] = Field(
-        alias="or", min_length=1, max_length=MAX_TOP_FILTERS, description="Any of these."
+        alias="or",
+        min_length=1,
+        max_length=MAX_TOP_FILTERS,
+        description="Any of these.",
+        json_schema_extra=_any_of,
     )
 
 
@@ -282,6 +314,7 @@ class ReadScope(_Strict):
         f" `metadata.<key>` combined with `and`/`or`: at most {MAX_TOP_FILTERS} filters in a"
         f" top-level `and`/`or`, {MAX_NESTED_FILTERS} conditions in a nested one, nothing"
         " deeper.",
+        json_schema_extra=_any_of,
     )
     principals: list[Principal] | None = Field(
         None,

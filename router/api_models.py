@@ -185,10 +185,17 @@ class GenerationReport(BaseModel):
     )
 
 
-class ErrorBody(BaseModel):
-    """Every error: one readable message that says what is wrong."""
+class Problem(BaseModel):
+    """Every error, as RFC 9457 problem details (`application/problem+json`)."""
 
-    detail: str
+    type: str = Field(
+        description="`urn:ragindex:problem:<code>`: one per kind of error, never reused for"
+        " another (the codes are listed in the HTTP API reference)."
+    )
+    title: str = Field(description="The kind of error in words, the same for every one of it.")
+    status: int = Field(description="The HTTP status, repeated.")
+    detail: str = Field(description="What is wrong with this request, in one readable line.")
+    code: str = Field(description="The last part of `type`, for clients that switch on it.")
 
 
 def hit_out(result: SearchResult) -> SearchResponse:

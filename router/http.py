@@ -2,8 +2,9 @@
 
 The app is a factory so that the Serve Router builds it inside its replica (FIELD-NOTES:
 FastAPI ingress must be built inside the builder) and tests can run it over real HTTP.
-Every error leaves here as a 4xx/5xx JSON body with a `detail` message; bad input never
-becomes a 500. Limits are enforced before anything is written (DESIGN.md invariant 7).
+Every error leaves here as RFC 9457 problem details (`router/problems.py`: a stable `type`
+per kind, a `detail` line that says what is wrong); bad input never becomes a 500. Limits
+are enforced before anything is written (DESIGN.md invariant 7).
 """
 
 from __future__ import annotations
@@ -23,15 +24,11 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ragindex.config import LimitsSpec
 from ragindex.errors import (
-    BackendUnavailable,
-    IdentityMismatch,
-    InvalidInput,
-    NotConfigured,
     RagIndexError,
-    TooLarge,
 )
 from ragindex.router.access import (
     PrincipalNotGranted,
@@ -41,8 +38,8 @@ from ragindex.router.access import (
 from ragindex.router.answer import Answer, AnswerRequest, AnswerResponse
 from ragindex.router.api_models import (
     AcceptedResponse,
-    ErrorBody,
     GenerationReport,
+    Problem,
     ReadyResponse,
     SearchRequest,
     SearchResponse,
@@ -53,6 +50,16 @@ from ragindex.router.api_models import (
 from ragindex.router.auth import Grant, TokenRefused, TokenVerifier
 from ragindex.router.limits import TenantLimiter
 from ragindex.router.middleware import BodyLimit, Metrics
+from ragindex.router.problems import (
+    MEDIA_TYPE as PROBLEM_MEDIA_TYPE,
+)
+from ragindex.router.problems import (
+    PROBLEMS,
+    code_for_error,
+    code_for_status,
+    problem,
+    unwrapped,
+)
 from ragindex.router.query import Access, SearchResult
 from ragindex.types import (
     ID_PART_PATTERN,
@@ -99,47 +106,36 @@ class Backend(Protocol):
 # ---------------------------------------------------------------- pure decisions
 
 
-def status_for_error(err: BaseException) -> int:
-    """The HTTP status of an error raised behind the API (Ray wraps remote errors)."""
-    cause = getattr(err, "cause", None)
-    if isinstance(cause, BaseException) and cause is not err:
-        err = cause
-    if isinstance(err, (IdentityMismatch, NotConfigured)):
-        return 409
-    if isinstance(err, TooLarge):
-        return 413
-    if isinstance(err, InvalidInput):
-        return 400
-    if isinstance(err, BackendUnavailable):
-        return 503
-    return 500
-
-
-def error_message(err: BaseException) -> str:
-    cause = getattr(err, "cause", None)
-    if isinstance(cause, BaseException) and cause is not err:
-        err = cause
-    return str(err) or type(err).__name__
-
-
-def validation_message(errors: list[Any]) -> tuple[int, str]:
-    """Status and one readable line for a request that failed schema validation."""
+def validation_message(errors: list[Any]) -> tuple[str, str]:
+    """Problem code and one readable line for a request that failed schema validation."""
     if any(e.get("type") == "json_invalid" for e in errors):
         ctx = next(e for e in errors if e.get("type") == "json_invalid").get("ctx", {})
-        return 400, f"request body is not valid JSON: {ctx.get('error', 'parse error')}"
+        return "invalid-json", f"request body is not valid JSON: {ctx.get('error', 'parse error')}"
     parts = []
     for e in errors[:5]:
         where = ".".join(str(p) for p in e.get("loc", ()) if p != "body") or "body"
         parts.append(f"{where}: {e.get('msg', 'invalid')}")
     more = f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""
-    return 422, "invalid request: " + "; ".join(parts) + more
+    return "invalid-request", "invalid request: " + "; ".join(parts) + more
+
+
+def problem_response(code: str, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(
+        problem(code, detail),
+        status_code=PROBLEMS[code].status,
+        headers=headers,
+        media_type=PROBLEM_MEDIA_TYPE,
+    )
 
 
 # ---------------------------------------------------------------- the app
 
 
 def _error(description: str, headers: dict[str, Any] | None = None) -> dict[str, Any]:
-    out: dict[str, Any] = {"model": ErrorBody, "description": description}
+    out: dict[str, Any] = {
+        "description": description,
+        "content": {PROBLEM_MEDIA_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}},
+    }
     if headers:
         out["headers"] = headers
     return out
@@ -222,14 +218,38 @@ def create_app(
         " its concurrency or rate limit gets 429 with `Retry-After`.",
     )
 
+    generated_openapi = app.openapi
+
+    def openapi_with_problem() -> dict[str, Any]:
+        """FastAPI registers a model only where a response is `application/json`; every
+        error here is `application/problem+json`, so its schema is added by hand."""
+        doc = generated_openapi()  # cached by FastAPI: the addition is made once
+        schemas = doc.setdefault("components", {}).setdefault("schemas", {})
+        schemas.setdefault("Problem", Problem.model_json_schema())
+        return doc
+
+    app.openapi = openapi_with_problem  # type: ignore[method-assign]
+
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, err: RequestValidationError) -> JSONResponse:
-        status, message = validation_message(list(err.errors()))
-        return JSONResponse({"detail": message}, status_code=status)
+        return problem_response(*validation_message(list(err.errors())))
 
     @app.exception_handler(RagIndexError)
     async def _refused(_: Request, err: RagIndexError) -> JSONResponse:
-        return JSONResponse({"detail": error_message(err)}, status_code=status_for_error(err))
+        cause = unwrapped(err)
+        return problem_response(code_for_error(err), str(cause) or type(cause).__name__)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, err: StarletteHTTPException) -> JSONResponse:
+        return problem_response(code_for_status(err.status_code), str(err.detail), err.headers)
+
+    @app.exception_handler(Exception)
+    async def _internal(_: Request, err: Exception) -> JSONResponse:
+        code = code_for_error(err)  # a replica's error may arrive in a wrapper of Ray's
+        if code == "internal":  # the message may show internals: it goes to the server's log
+            return problem_response(code, f"internal error ({type(unwrapped(err)).__name__})")
+        cause = unwrapped(err)
+        return problem_response(code, str(cause) or type(cause).__name__)
 
     async def caller(
         credentials: Annotated[HTTPAuthorizationCredentials | None, Security(BEARER)],

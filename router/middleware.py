@@ -14,6 +14,9 @@ from prometheus_client import (
     Histogram,
 )
 
+from ragindex.router.problems import MEDIA_TYPE as PROBLEM_MEDIA_TYPE
+from ragindex.router.problems import problem
+
 Scope = MutableMapping[str, Any]
 
 
@@ -118,7 +121,9 @@ class BodyLimit:
 
 async def _send_413(send: Send, limit: int) -> None:
     body = JSONResponse(
-        {"detail": f"request body is larger than the limit of {limit} bytes"}, status_code=413
+        problem("too-large", f"request body is larger than the limit of {limit} bytes"),
+        status_code=413,
+        media_type=PROBLEM_MEDIA_TYPE,
     )
     await send({"type": "http.response.start", "status": 413, "headers": body.raw_headers})
     await send({"type": "http.response.body", "body": body.body})

@@ -559,3 +559,31 @@ def test_the_cli_posts_a_folder_to_a_running_server(
     assert refused.returncode == 2, refused.stderr
     (line,) = [x for x in refused.stderr.splitlines() if x.startswith("ragindex:")]
     assert "HTTP 401" in line and "stopped at document 1 of 2" in line
+
+
+def test_errors_are_problem_details_with_a_stable_type(
+    served: ServedApp, tokens: dict[str, str]
+) -> None:
+    def problem_of(r: Any, code: str, status: int) -> dict[str, Any]:
+        assert r.status_code == status, r.text
+        assert r.headers["content-type"] == "application/problem+json"
+        body = r.json()
+        assert body["type"] == f"urn:ragindex:problem:{code}" and body["code"] == code
+        assert body["status"] == status and body["title"] and body["detail"]
+        return body
+
+    with served.client(tokens["alpha"]) as client:
+        body = problem_of(client.post("/v1/search", json={"query": ""}), "invalid-request", 422)
+        assert body["detail"].startswith("invalid request: query:")
+        bad_json = client.post(
+            "/v1/search", content=b"{nope", headers={"content-type": "application/json"}
+        )
+        problem_of(bad_json, "invalid-json", 400)
+        problem_of(client.get("/v1/no-such-thing"), "not-found", 404)
+        problem_of(client.get("/v1/search"), "method-not-allowed", 405)
+        principals = {"query": "x", "principals": ["user:mallory"]}
+        problem_of(client.post("/v1/search", json=principals), "forbidden", 403)
+    with served.client("not-a-token") as client:
+        r = client.post("/v1/search", json={"query": "lamp"})
+        problem_of(r, "unauthorized", 401)
+        assert r.headers["www-authenticate"] == "Bearer"
