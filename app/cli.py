@@ -36,7 +36,7 @@ def _set_thread_defaults() -> None:
 
 
 def _data_dir(args: argparse.Namespace) -> Path:
-    from ragindex.app.engine import default_data_dir
+    from ragindex.app.index_opening import default_data_dir
 
     return Path(args.data_dir) if args.data_dir else default_data_dir()
 
@@ -126,7 +126,7 @@ def print_hits(result: SearchResult) -> None:
 def cmd_reindex(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from ragindex.app.engine import load_spec
+    from ragindex.app.index_opening import load_spec
     from ragindex.app.reindex import Reindex, rollback
 
     data_dir = _data_dir(args)
@@ -156,7 +156,7 @@ def cmd_reindex(args: argparse.Namespace) -> int:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    from ragindex.app.engine import load_spec
+    from ragindex.app.index_opening import load_spec
     from ragindex.serve_config import render_serve_config, to_yaml
 
     config = render_serve_config(
@@ -257,7 +257,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # serve and token share the same default data dir; eval keeps its own cache, demo a temp dir.
     if args.command in ("serve", "token") and args.data_dir is None:
-        from ragindex.app.engine import default_data_dir
+        from ragindex.app.index_opening import default_data_dir
 
         args.data_dir = default_data_dir()
     try:

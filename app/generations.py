@@ -11,7 +11,7 @@ import json
 import time
 from pathlib import Path
 
-from ragindex.app.engine import load_spec
+from ragindex.app.index_opening import load_spec
 from ragindex.config import RagIndexSpec
 from ragindex.errors import InvalidInput
 from ragindex.generations import (

@@ -27,8 +27,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ragindex.app.engine import elasticsearch_auth
 from ragindex.app.generations import read_record, write_record
+from ragindex.app.index_opening import elasticsearch_auth
 from ragindex.app.serve.data_plane import DEFAULT_NAMESPACE, ensure_topics, open_log, replica_dir
 from ragindex.app.serve.generation_report import gather_evidence
 from ragindex.app.serve.query_side import LocalQuerySide, SerializedEmbedder

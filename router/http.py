@@ -38,7 +38,6 @@ from ragindex.router.access import (
     ReadScope,
     access_for,
 )
-from ragindex.router.answer import Answer, AnswerRequest, AnswerResponse
 from ragindex.router.api_models import (
     AcceptedResponse,
     ErrorBody,
@@ -51,6 +50,7 @@ from ragindex.router.api_models import (
     hit_out,
 )
 from ragindex.router.auth import Grant, TokenRefused, TokenVerifier
+from ragindex.router.grounded_answer import Answer, AnswerRequest, AnswerResponse
 from ragindex.router.limits import TenantLimiter
 from ragindex.router.middleware import BodyLimit, Metrics
 from ragindex.router.query import Access, SearchResult

@@ -173,7 +173,7 @@ def run_backfill_bench(
 
 
 def bench_backfill_command(args: argparse.Namespace) -> int:
-    from ragindex.app.engine import load_spec
+    from ragindex.app.index_opening import load_spec
 
     if args.ray_data_actors < 0:
         raise InvalidInput(

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ragindex.app.embedded import EmbeddedIndex
-from ragindex.app.engine import load_spec, open_lexical
+from ragindex.app.index_opening import load_spec, open_lexical
 from ragindex.config import RagIndexSpec
 from ragindex.measure.evals.cli import LEG_MODES, eval_data_dir, resolve_collection
 from ragindex.measure.evals.collections import Collection

@@ -223,7 +223,7 @@ def stage_floors(index: EmbeddedIndex, vectors: Vectors) -> dict[str, bs.StageFl
 
 
 def _gate_inputs(args: argparse.Namespace) -> tuple[Collection, RagIndexSpec, Path]:
-    from ragindex.app.engine import load_spec
+    from ragindex.app.index_opening import load_spec
 
     spec = load_spec(getattr(args, "spec", None))
     collection = resolve_collection(getattr(args, "collection", None) or "cranfield")

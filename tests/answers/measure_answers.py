@@ -24,7 +24,7 @@ import torch
 
 from ragindex.app.embedded import EmbeddedIndex
 from ragindex.app.loading import cranfield_dir
-from ragindex.measure.evals.answers import (
+from ragindex.measure.evals.answer_eval import (
     calibrate_threshold,
     cranfield_cases,
     evaluate_answers,
@@ -32,9 +32,9 @@ from ragindex.measure.evals.answers import (
     split_halves,
 )
 from ragindex.measure.evals.collections import load_cranfield
-from ragindex.router.answer import AnswerService, dense_support, lexical_support
 from ragindex.router.context import assemble_context
 from ragindex.router.generators import ExtractiveGenerator
+from ragindex.router.grounded_answer import AnswerService, dense_support, lexical_support
 
 TENANT = "cranfield"
 

@@ -14,16 +14,16 @@ import pytest
 
 from ragindex.errors import InvalidInput
 from ragindex.measure.evals.collections import load_cranfield
-from ragindex.router.answer import (
-    REFUSAL_THRESHOLDS,
-    AnswerRequest,
-    AnswerResponse,
-    AnswerService,
-)
 from ragindex.router.generators import (
     ExtractiveGenerator,
     Generator,
     OpenAICompatibleGenerator,
+)
+from ragindex.router.grounded_answer import (
+    REFUSAL_THRESHOLDS,
+    AnswerRequest,
+    AnswerResponse,
+    AnswerService,
 )
 from ragindex.router.prompt import NO_ANSWER
 from ragindex.types import Document

@@ -5,15 +5,15 @@ from __future__ import annotations
 import pytest
 
 from ragindex.errors import InvalidInput
-from ragindex.measure.evals.answers import (
+from ragindex.measure.evals.answer_eval import (
     AnswerCase,
     calibrate_threshold,
     evaluate_answers,
     out_of_domain_cases,
     split_halves,
 )
-from ragindex.router.answer import Answer, SourceRef
 from ragindex.router.context import assemble_context
+from ragindex.router.grounded_answer import Answer, SourceRef
 from ragindex.router.grounding import check_answer
 from ragindex.router.prompt import NO_ANSWER
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ragindex.app.answers import generator_api_key
+from ragindex.app.answer_from_spec import generator_api_key
 from ragindex.config import GeneratorSpec
 
 REMOTE = {"backend": "openai-compatible", "baseUrl": "http://gen", "model": "m"}

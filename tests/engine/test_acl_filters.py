@@ -26,8 +26,8 @@ from hypothesis import strategies as st
 from ragindex.app.embedded import EmbeddedIndex
 from ragindex.config import RagIndexSpec
 from ragindex.filters import parse_filter
-from ragindex.router.answer import AnswerService
 from ragindex.router.generators import ExtractiveGenerator
+from ragindex.router.grounded_answer import AnswerService
 from ragindex.router.query import Access
 from ragindex.types import Document
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ragindex.app.engine import auth_dir, elasticsearch_auth
+from ragindex.app.index_opening import auth_dir, elasticsearch_auth
 from ragindex.router.auth import TokenVerifier, create_token
 from ragindex.serve_config import AUTH_DIR_ENV
 

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ragindex.app.embedded import EmbeddedIndex
-from ragindex.app.engine import open_lexical
+from ragindex.app.index_opening import open_lexical
 from ragindex.config import RagIndexSpec
 from ragindex.fusion import reciprocal_rank_fusion
 from ragindex.router.query import QueryEngine

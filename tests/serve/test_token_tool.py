@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from ragindex.app.cli import main as ragindex_main
-from ragindex.app.engine import auth_dir
+from ragindex.app.index_opening import auth_dir
 from ragindex.router.auth import Grant, TokenVerifier, hash_token, tokens_path
 from ragindex.router.token_tool import build_parser
 from ragindex.serve_config import AUTH_DIR_ENV

@@ -15,7 +15,7 @@ from typing import Any
 
 from ray.serve.handle import DeploymentHandle
 
-from ragindex.app.engine import auth_dir
+from ragindex.app.index_opening import auth_dir
 from ragindex.app.serve.data_plane import open_log, replica_dir, replica_rank
 from ragindex.app.serve.generation_report import ReportCut, generation_report
 from ragindex.app.serve.pools import RemoteEmbedder
@@ -25,8 +25,8 @@ from ragindex.config import RagIndexSpec
 from ragindex.errors import BackendUnavailable
 from ragindex.generations import index_generation
 from ragindex.protocols import Log
-from ragindex.router.answer import Answer
 from ragindex.router.auth import TokenVerifier
+from ragindex.router.grounded_answer import Answer
 from ragindex.router.http import create_app
 from ragindex.router.query import Access, SearchResult
 from ragindex.serve_config import ROUTER, Runtime

@@ -8,8 +8,8 @@ from collections.abc import Mapping
 
 from ragindex.config import GeneratorSpec, RagIndexSpec
 from ragindex.protocols import Embedder
-from ragindex.router.answer import AnswerService
 from ragindex.router.generators import make_generator
+from ragindex.router.grounded_answer import AnswerService
 from ragindex.router.query import QueryEngine
 
 

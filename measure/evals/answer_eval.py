@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ragindex.app.answers import answer_service
+from ragindex.app.answer_from_spec import answer_service
 from ragindex.errors import InvalidInput
 from ragindex.measure.evals.collections import Collection
 from ragindex.protocols import Embedder
-from ragindex.router.answer import Answer
+from ragindex.router.grounded_answer import Answer
 from ragindex.router.grounding import content_terms, coverage
 
 if TYPE_CHECKING:

@@ -45,7 +45,7 @@ from ragindex.types import VISIBLE_PATTERN
 SupportSignal = Literal["dense", "lexical"]
 
 REFUSAL_THRESHOLDS: dict[str, float] = {"dense": 0.427, "lexical": 0.406}
-"""Calibrated (Youden's J, ragindex.measure.evals.answers.calibrate_threshold) on alternate
+"""Calibrated (Youden's J, ragindex.measure.evals.answer_eval.calibrate_threshold) on alternate
 halves of the 225 Cranfield queries and of measure/evals/data/out_of_domain_questions.txt, over
 a Cranfield index with the default spec (all-MiniLM-L6-v2, hybrid, k=8);
 tests/answers/measure_answers.py. On the held-out halves, dense refused 0 % of answerable and
