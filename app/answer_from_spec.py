@@ -8,9 +8,7 @@ from collections.abc import Mapping
 
 from ragindex.config import GeneratorSpec, RagIndexSpec
 from ragindex.protocols import Embedder
-from ragindex.router.generators import make_generator
-from ragindex.router.grounded_answer import AnswerService
-from ragindex.router.query import QueryEngine
+from ragindex.router import AnswerService, QueryEngine, make_generator
 
 
 def answer_service(spec: RagIndexSpec, query: QueryEngine, embedder: Embedder) -> AnswerService:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ragindex.errors import RagIndexError
 
 if TYPE_CHECKING:
-    from ragindex.router.query import SearchResult
+    from ragindex.router import SearchResult
 
 
 def _set_thread_defaults() -> None:
@@ -47,7 +47,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     from ragindex.app.embedded import ingest_through_log
     from ragindex.app.generations import serving_spec
     from ragindex.app.loading import documents_from_paths
-    from ragindex.models.embedder import load_embedder
+    from ragindex.models import load_embedder
 
     documents = documents_from_paths(args.paths, source=args.source)
     spec = serving_spec(_data_dir(args), args.spec)

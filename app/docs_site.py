@@ -326,8 +326,7 @@ def helm_reference() -> str:
 
 def openapi_document() -> dict[str, Any]:
     """The OpenAPI document the app serves at /openapi.json (no backend is needed for it)."""
-    from ragindex.router.auth import TokenVerifier
-    from ragindex.router.http import Backend, create_app
+    from ragindex.router import Backend, TokenVerifier, create_app
 
     backend = typing.cast(Backend, types.SimpleNamespace())
     app = create_app(backend, TokenVerifier(Path("/nonexistent")))

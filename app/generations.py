@@ -20,7 +20,7 @@ from ragindex.generations import (
     first_generation,
     index_generation,
 )
-from ragindex.shards.fsio import fsync_dir, write_durable
+from ragindex.shards import fsync_dir, write_durable
 
 RECORD = "generations.json"
 

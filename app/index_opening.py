@@ -20,8 +20,13 @@ import yaml
 from ragindex.config import RagIndexSpec
 from ragindex.errors import InvalidInput
 from ragindex.generations import index_generation, lexical_alias
-from ragindex.lexical import FieldBoosts, TantivyIndex, TenantIndexes
-from ragindex.lexical.elasticsearch_index import ElasticsearchIndex, make_client
+from ragindex.lexical import (
+    ElasticsearchIndex,
+    FieldBoosts,
+    TantivyIndex,
+    TenantIndexes,
+    make_client,
+)
 from ragindex.protocols import LexicalIndex
 from ragindex.serve_config import AUTH_DIR_ENV, ES_PASSWORD_ENV, ES_USERNAME_ENV
 from ragindex.types import ModelIdentity

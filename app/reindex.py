@@ -49,9 +49,9 @@ from ragindex.generations import (
     rollback_target,
     start_building,
 )
-from ragindex.ingest.worker import IngestWorker
-from ragindex.lexical.elasticsearch_index import ElasticsearchIndex, make_client
-from ragindex.models.embedder import load_embedder
+from ragindex.ingest import IngestWorker
+from ragindex.lexical import ElasticsearchIndex, make_client
+from ragindex.models import load_embedder
 from ragindex.protocols import Embedder, Log
 from ragindex.topics import plane_topics
 

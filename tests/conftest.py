@@ -25,14 +25,13 @@ os.environ.setdefault("RAY_raylet_start_wait_time_s", "180")  # 2 shared cores s
 os.environ.pop("RAY_AUTH_TOKEN", None)
 os.environ.update(ray_environment(Path(tempfile.mkdtemp(prefix="ragindex-ray-auth-"))))
 
-from ragindex.app.loading import cranfield_dir as find_cranfield
+from ragindex.app import cranfield_dir as find_cranfield
 from ragindex.config import RagIndexSpec
 from ragindex.errors import InvalidInput
-from ragindex.measure.evals.collections import Collection, load_cranfield
+from ragindex.measure.evals import Collection, load_cranfield
 from ragindex.measure.evals.metrics import ndcg_at_k
-from ragindex.measure.servers.elasticsearch import EsServer, start_elasticsearch
-from ragindex.measure.servers.kafka import KafkaServer, start_kafka
-from ragindex.models.embedder import load_embedder
+from ragindex.measure.servers import EsServer, KafkaServer, start_elasticsearch, start_kafka
+from ragindex.models import load_embedder
 from ragindex.protocols import Embedder, LexicalIndex
 from ragindex.types import Chunk
 
@@ -92,7 +91,7 @@ def tiny_cross_encoder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     import torch
     from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
-    from ragindex.models.embedder import resolve_model_path
+    from ragindex.models import resolve_model_path
 
     out = tmp_path_factory.mktemp("tiny-cross-encoder")
     tokenizer = AutoTokenizer.from_pretrained(str(resolve_model_path("all-MiniLM-L6-v2")))

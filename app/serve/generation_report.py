@@ -31,7 +31,7 @@ from ragindex.generations import (
 )
 from ragindex.protocols import Log
 from ragindex.records import DocKey, decode_document
-from ragindex.router.query import SearchResult
+from ragindex.router import SearchResult
 from ragindex.topics import DataPlaneTopics
 from ragindex.types import Document
 

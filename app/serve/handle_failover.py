@@ -18,7 +18,7 @@ from ray.exceptions import RayActorError
 from ray.serve.handle import DeploymentResponse
 
 from ragindex.errors import BackendUnavailable
-from ragindex.router.failover import FailoverPolicy, Fault, next_try
+from ragindex.router import FailoverPolicy, Fault, next_try
 
 log = logging.getLogger("ragindex.serve")
 Send = Callable[[], Any]  # sends a request: partial(handle.method.remote, *args)

@@ -35,10 +35,9 @@ from ragindex.app.serve.threads import ReplicaThread, limit_threads, release_fre
 from ragindex.config import ONNX_BACKENDS, RagIndexSpec
 from ragindex.errors import BackendUnavailable, InvalidInput
 from ragindex.generations import index_generation
-from ragindex.ingest.pipeline import as_documents
-from ragindex.ingest.worker import READ_BATCH, IngestWorker, assigned_partitions
-from ragindex.models.embedder import load_embedder, resolve_model_path
-from ragindex.models.onnx_embedder import TokenCounter
+from ragindex.ingest import IngestWorker, as_documents, assigned_partitions
+from ragindex.ingest.worker import READ_BATCH
+from ragindex.models import TokenCounter, load_embedder, resolve_model_path
 from ragindex.protocols import Embedder
 from ragindex.records import docs_records, docs_tombstone
 from ragindex.serve_config import INGEST

@@ -20,7 +20,7 @@ from ragindex.app.serve.topic_view import TopicView
 from ragindex.config import RagIndexSpec
 from ragindex.filters import TermExpr
 from ragindex.generations import index_generation
-from ragindex.lexical.view import LexicalView
+from ragindex.lexical import LexicalView
 from ragindex.serve_config import LEXICAL
 from ragindex.topics import plane_topics
 from ragindex.types import ScoredId

@@ -13,8 +13,7 @@ from ray.serve.handle import DeploymentHandle
 from ragindex.app.serve import handle_failover
 from ragindex.app.serve.threads import limit_threads
 from ragindex.config import RagIndexSpec
-from ragindex.models.embedder import load_embedder
-from ragindex.models.reranker import load_reranker
+from ragindex.models import load_embedder, load_reranker
 from ragindex.protocols import Vectors
 from ragindex.types import ModelIdentity
 

@@ -40,23 +40,27 @@ from ragindex.config import RagIndexSpec
 from ragindex.errors import BackendUnavailable, InvalidInput
 from ragindex.filters import TermExpr
 from ragindex.generations import index_generation
-from ragindex.lexical.view import LexicalView
-from ragindex.models.embedder import load_embedder
-from ragindex.models.reranker import load_reranker
+from ragindex.lexical import LexicalView
+from ragindex.models import load_embedder, load_reranker
 from ragindex.protocols import Embedder, Log, Vectors
-from ragindex.router.applied import every_replica_applied
-from ragindex.router.grounded_answer import Answer, AnswerService
-from ragindex.router.query import Access, QueryEngine, SearchResult
-from ragindex.router.query_cache import with_query_cache
+from ragindex.router import (
+    Access,
+    Answer,
+    AnswerService,
+    QueryEngine,
+    SearchResult,
+    every_replica_applied,
+    with_query_cache,
+)
 from ragindex.serve_config import LEXICAL, shard_deployment_name
-from ragindex.shards.log_replica import LogShardReplica
-from ragindex.shards.replica_set import (
+from ragindex.shards import (
+    LogShardReplica,
     ReadOnlyDense,
     ReplicaDenseIndex,
+    SnapshotTopic,
     by_shard,
     merge_by_score,
 )
-from ragindex.shards.snapshot_log import SnapshotTopic
 from ragindex.topics import plane_snapshots_topic, plane_topics
 from ragindex.types import Chunk, ModelIdentity, ScoredId
 

@@ -25,10 +25,7 @@ from ragindex.config import RagIndexSpec
 from ragindex.errors import BackendUnavailable
 from ragindex.generations import index_generation
 from ragindex.protocols import Log
-from ragindex.router.auth import TokenVerifier
-from ragindex.router.grounded_answer import Answer
-from ragindex.router.http import create_app
-from ragindex.router.query import Access, SearchResult
+from ragindex.router import Access, Answer, SearchResult, TokenVerifier, create_app
 from ragindex.serve_config import ROUTER, Runtime
 from ragindex.topics import plane_topics
 from ragindex.types import Document

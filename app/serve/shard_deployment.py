@@ -22,8 +22,7 @@ from ragindex.filters import TermExpr
 from ragindex.generations import index_generation
 from ragindex.protocols import Vectors
 from ragindex.serve_config import shard_deployment_name
-from ragindex.shards.log_replica import LogShardReplica
-from ragindex.shards.snapshot_log import SnapshotTopic
+from ragindex.shards import LogShardReplica, SnapshotTopic
 from ragindex.topics import plane_snapshots_topic, plane_topics
 from ragindex.types import Chunk, ModelIdentity, ScoredId
 

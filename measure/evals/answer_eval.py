@@ -25,15 +25,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ragindex.app.answer_from_spec import answer_service
+from ragindex.app import answer_service
 from ragindex.errors import InvalidInput
 from ragindex.measure.evals.collections import Collection
 from ragindex.protocols import Embedder
-from ragindex.router.grounded_answer import Answer
-from ragindex.router.grounding import content_terms, coverage
+from ragindex.router import Answer, content_terms, coverage
 
 if TYPE_CHECKING:
-    from ragindex.app.embedded import EmbeddedIndex
+    from ragindex.app import EmbeddedIndex
 
 OUT_OF_DOMAIN_QUESTIONS = Path(__file__).parent / "data" / "out_of_domain_questions.txt"
 

@@ -17,9 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ragindex.app.embedded import EmbeddedIndex
-from ragindex.app.index_opening import load_spec
-from ragindex.app.loading import cranfield_dir
+from ragindex.app import EmbeddedIndex, cranfield_dir, load_spec
 from ragindex.config import RagIndexSpec
 from ragindex.errors import InvalidInput
 from ragindex.hashing import content_hash

@@ -22,19 +22,17 @@ os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 import torch
 
-from ragindex.app.embedded import EmbeddedIndex
-from ragindex.app.loading import cranfield_dir
-from ragindex.measure.evals.answer_eval import (
+from ragindex.app import EmbeddedIndex, cranfield_dir
+from ragindex.measure.evals import (
     calibrate_threshold,
     cranfield_cases,
     evaluate_answers,
+    load_cranfield,
     out_of_domain_cases,
     split_halves,
 )
-from ragindex.measure.evals.collections import load_cranfield
-from ragindex.router.context import assemble_context
-from ragindex.router.generators import ExtractiveGenerator
-from ragindex.router.grounded_answer import AnswerService, dense_support, lexical_support
+from ragindex.router import AnswerService, ExtractiveGenerator, assemble_context
+from ragindex.router.grounded_answer import dense_support, lexical_support
 
 TENANT = "cranfield"
 

@@ -13,23 +13,21 @@ from typing import TYPE_CHECKING
 import pytest
 
 from ragindex.errors import InvalidInput
-from ragindex.measure.evals.collections import load_cranfield
-from ragindex.router.generators import (
+from ragindex.measure.evals import load_cranfield
+from ragindex.router import (
+    AnswerRequest,
+    AnswerResponse,
+    AnswerService,
     ExtractiveGenerator,
     Generator,
     OpenAICompatibleGenerator,
 )
-from ragindex.router.grounded_answer import (
-    REFUSAL_THRESHOLDS,
-    AnswerRequest,
-    AnswerResponse,
-    AnswerService,
-)
+from ragindex.router.grounded_answer import REFUSAL_THRESHOLDS
 from ragindex.router.prompt import NO_ANSWER
 from ragindex.types import Document
 
 if TYPE_CHECKING:
-    from ragindex.app.embedded import EmbeddedIndex
+    from ragindex.app import EmbeddedIndex
 
 pytestmark = pytest.mark.slow
 
@@ -54,7 +52,7 @@ def engine(
     import torch
 
     torch.set_num_threads(1)
-    from ragindex.app.embedded import EmbeddedIndex
+    from ragindex.app import EmbeddedIndex
 
     collection = load_cranfield(cranfield_dir)
     docs = [collection.corpus[d].to_document("cranfield") for d in DOC_IDS]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ragindex.errors import InvalidInput
-from ragindex.router.context import assemble_context
+from ragindex.router import assemble_context
 
 BASE = (
     "the boundary layer on a flat plate thickens downstream because viscous stresses slow the"

@@ -5,16 +5,14 @@ from __future__ import annotations
 import pytest
 
 from ragindex.errors import InvalidInput
-from ragindex.measure.evals.answer_eval import (
+from ragindex.measure.evals import (
     AnswerCase,
     calibrate_threshold,
     evaluate_answers,
     out_of_domain_cases,
     split_halves,
 )
-from ragindex.router.context import assemble_context
-from ragindex.router.grounded_answer import Answer, SourceRef
-from ragindex.router.grounding import check_answer
+from ragindex.router import Answer, SourceRef, assemble_context, check_answer
 from ragindex.router.prompt import NO_ANSWER
 
 TEXT = "panel flutter boundaries were lowered by aerodynamic heating at supersonic speeds"

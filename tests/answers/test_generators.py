@@ -7,13 +7,13 @@ import re
 import pytest
 
 from ragindex.errors import BackendUnavailable, InvalidInput, RagIndexError
-from ragindex.router.context import assemble_context
-from ragindex.router.generators import (
+from ragindex.router import (
     ExtractiveGenerator,
     OpenAICompatibleGenerator,
+    assemble_context,
+    check_answer,
     make_generator,
 )
-from ragindex.router.grounding import check_answer
 from ragindex.router.prompt import NO_ANSWER, SYSTEM_PROMPT
 
 DOC_A = (

@@ -2,13 +2,8 @@
 
 from __future__ import annotations
 
-from ragindex.router.context import assemble_context
-from ragindex.router.grounding import (
-    check_answer,
-    content_terms,
-    parse_citations,
-    split_sentences,
-)
+from ragindex.router import assemble_context, check_answer, content_terms
+from ragindex.router.grounding import parse_citations, split_sentences
 
 A = "the transition reynolds number on the cone increased with nose bluntness in the tunnel tests"
 B = "panel flutter boundaries were lowered by aerodynamic heating at supersonic speeds"

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from ragindex.router.context import assemble_context
+from ragindex.router import assemble_context
 from ragindex.router.prompt import (
     NO_ANSWER,
     build_messages,

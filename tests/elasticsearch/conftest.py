@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from ragindex.lexical.elasticsearch_index import ElasticsearchIndex
-from ragindex.measure.servers.elasticsearch import EsServer
+from ragindex.lexical import ElasticsearchIndex
+from ragindex.measure.servers import EsServer
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 

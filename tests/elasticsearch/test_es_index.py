@@ -12,10 +12,11 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from ragindex.errors import BackendUnavailable, InvalidInput
-from ragindex.lexical.elasticsearch_index import BulkWriteError, ElasticsearchIndex
-from ragindex.measure.servers.elasticsearch import EsServer
+from ragindex.lexical import ElasticsearchIndex
+from ragindex.lexical.elasticsearch_index import BulkWriteError
+from ragindex.measure.servers import EsServer
 from ragindex.netutil import free_port
-from ragindex.testing.lexical import LexicalIndexContract, random_corpus
+from ragindex.testing import LexicalIndexContract, random_corpus
 from ragindex.types import Chunk, ScoredId
 
 pytestmark = pytest.mark.elasticsearch

@@ -11,9 +11,9 @@ import pytest
 
 from ragindex.config import RagIndexSpec
 from ragindex.generations import index_generation, lexical_index_name
-from ragindex.lexical.elasticsearch_index import ElasticsearchIndex
-from ragindex.measure.servers.elasticsearch import EsServer
-from ragindex.operator.generation_io import switch_read_alias
+from ragindex.lexical import ElasticsearchIndex
+from ragindex.measure.servers import EsServer
+from ragindex.operator import switch_read_alias
 from ragindex.types import Chunk
 
 pytestmark = pytest.mark.elasticsearch

@@ -9,11 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ragindex.lexical import TantivyIndex
-from ragindex.lexical.elasticsearch_index import ElasticsearchIndex
-from ragindex.lexical.view import LexicalView
+from ragindex.lexical import ElasticsearchIndex, LexicalView, TantivyIndex
 from ragindex.log import FileLog
-from ragindex.measure.servers.elasticsearch import EsServer
+from ragindex.measure.servers import EsServer
 from ragindex.records import chunk_key, encode_chunk
 from ragindex.types import Chunk
 

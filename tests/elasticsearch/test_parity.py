@@ -9,12 +9,9 @@ from pathlib import Path
 import pytest
 
 from ragindex.config import Rm3Spec
-from ragindex.lexical import FieldBoosts
-from ragindex.lexical.analysis import analyze
-from ragindex.lexical.elasticsearch_index import ElasticsearchIndex
-from ragindex.lexical.tantivy_index import TantivyIndex
-from ragindex.measure.evals.collections import Collection
-from ragindex.measure.servers.elasticsearch import EsServer
+from ragindex.lexical import ElasticsearchIndex, FieldBoosts, TantivyIndex, analyze
+from ragindex.measure.evals import Collection
+from ragindex.measure.servers import EsServer
 from ragindex.protocols import LexicalIndex
 from ragindex.types import Chunk, ScoredId
 

@@ -10,8 +10,8 @@ import pytest
 from ragindex.app.serve.data_plane import ensure_topics, open_log, replica_dir
 from ragindex.app.serve.query_side import LocalQuerySide, SerializedEmbedder
 from ragindex.config import RagIndexSpec
-from ragindex.ingest.worker import IngestWorker
-from ragindex.measure.servers.elasticsearch import EsServer
+from ragindex.ingest import IngestWorker
+from ragindex.measure.servers import EsServer
 from ragindex.protocols import Embedder
 from ragindex.records import docs_records
 from ragindex.topics import plane_topics

@@ -23,12 +23,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ragindex.app.embedded import EmbeddedIndex
+from ragindex.app import EmbeddedIndex
 from ragindex.config import RagIndexSpec
 from ragindex.filters import parse_filter
-from ragindex.router.generators import ExtractiveGenerator
-from ragindex.router.grounded_answer import AnswerService
-from ragindex.router.query import Access
+from ragindex.router import Access, AnswerService, ExtractiveGenerator
 from ragindex.types import Document
 
 pytestmark = pytest.mark.slow

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from ragindex.app.index_opening import auth_dir, elasticsearch_auth
-from ragindex.router.auth import TokenVerifier, create_token
+from ragindex.app import auth_dir, elasticsearch_auth
+from ragindex.router import TokenVerifier, create_token
 from ragindex.serve_config import AUTH_DIR_ENV
 
 

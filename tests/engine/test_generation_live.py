@@ -35,16 +35,14 @@ from ragindex.generations import (
     index_generation,
     lexical_index_name,
 )
-from ragindex.ingest.worker import IngestWorker
-from ragindex.lexical.elasticsearch_index import ElasticsearchIndex
-from ragindex.log.kafka_log import KafkaLog
-from ragindex.measure.evals.collections import Collection
-from ragindex.measure.servers.elasticsearch import EsServer
-from ragindex.measure.servers.kafka import KafkaServer
-from ragindex.models.embedder import load_embedder
-from ragindex.operator.generation_io import switch_read_alias
-from ragindex.operator.promotion import Observed, decide_promotion
-from ragindex.operator.status import Verdict, rfc3339
+from ragindex.ingest import IngestWorker
+from ragindex.lexical import ElasticsearchIndex
+from ragindex.log import KafkaLog
+from ragindex.measure.evals import Collection
+from ragindex.measure.servers import EsServer, KafkaServer
+from ragindex.models import load_embedder
+from ragindex.operator import Observed, Verdict, decide_promotion, switch_read_alias
+from ragindex.operator.status import rfc3339
 from ragindex.protocols import Embedder
 from ragindex.records import doc_key, encode_document
 from ragindex.serve_config import KAFKA_BOOTSTRAP_ENV

@@ -15,10 +15,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ragindex.app import APP_NAME, Reindex
 from ragindex.app.cli import main
 from ragindex.app.embedded import ingest_through_log
 from ragindex.app.generations import read_record, serving_spec
-from ragindex.app.reindex import Reindex, retire_expired
+from ragindex.app.reindex import retire_expired
 from ragindex.app.serve.data_plane import DEFAULT_NAMESPACE, replica_dir
 from ragindex.app.serve.generation_report import (
     ReportCut,
@@ -27,7 +28,6 @@ from ragindex.app.serve.generation_report import (
     generation_report,
 )
 from ragindex.app.serve.query_side import LocalQuerySide, SerializedEmbedder
-from ragindex.app.serve_cli import APP_NAME
 from ragindex.config import RagIndexSpec
 from ragindex.errors import InvalidInput
 from ragindex.generations import (
@@ -37,7 +37,7 @@ from ragindex.generations import (
     promotion_failures,
 )
 from ragindex.log import FileLog
-from ragindex.measure.evals.collections import Collection
+from ragindex.measure.evals import Collection
 from ragindex.measure.evals.metrics import ndcg_at_k
 from ragindex.protocols import Embedder, Vectors
 from ragindex.records import doc_key, encode_document

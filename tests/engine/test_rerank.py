@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from ragindex.app.embedded import EmbeddedIndex
+from ragindex.app import EmbeddedIndex
 from ragindex.config import RagIndexSpec
 from ragindex.errors import InvalidInput
 from ragindex.protocols import Embedder

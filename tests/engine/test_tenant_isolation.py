@@ -17,11 +17,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ragindex.app.embedded import EmbeddedIndex
-from ragindex.app.index_opening import open_lexical
+from ragindex.app import EmbeddedIndex, open_lexical
 from ragindex.config import RagIndexSpec
 from ragindex.fusion import reciprocal_rank_fusion
-from ragindex.router.query import QueryEngine
+from ragindex.router import QueryEngine
 from ragindex.types import Document
 
 TOPICS = [

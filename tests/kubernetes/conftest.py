@@ -32,7 +32,7 @@ import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from ragindex.measure.servers.kafka import KafkaServer, start_kafka
+from ragindex.measure.servers import KafkaServer, start_kafka
 from ragindex.netutil import free_port
 
 REPO = Path(__file__).resolve().parents[2]

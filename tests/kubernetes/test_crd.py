@@ -15,7 +15,7 @@ from pydantic import BaseModel, ValidationError
 
 from ragindex.config import RagIndexSpec
 from ragindex.operator import crd as crd_module
-from ragindex.operator.crd import render_crd, render_crd_yaml
+from ragindex.operator import render_crd, render_crd_yaml
 from ragindex.operator.render import render
 
 REPO = Path(__file__).resolve().parents[2]

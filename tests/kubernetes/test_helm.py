@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
+from ragindex.operator import CRD_NAME, render_crd
 from ragindex.operator.__main__ import parse_args
-from ragindex.operator.crd import CRD_NAME, render_crd
 
 pytestmark = pytest.mark.kubernetes
 

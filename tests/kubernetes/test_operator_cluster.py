@@ -30,6 +30,7 @@ from lightkube.types import PatchType
 
 from ragindex.config import RagIndexSpec
 from ragindex.generations import BuildReport, index_generation
+from ragindex.operator import OperatorOptions, register
 from ragindex.operator.apply import (
     Elasticsearch,
     Kafka,
@@ -38,7 +39,6 @@ from ragindex.operator.apply import (
     RagIndex,
     RayService,
 )
-from ragindex.operator.handlers import OperatorOptions, register
 from ragindex.operator.objects import (
     LABEL_GENERATION,
     LABEL_INDEX,

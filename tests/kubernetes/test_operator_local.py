@@ -25,8 +25,8 @@ from lightkube.types import PatchType
 from ragindex.config import RagIndexSpec
 from ragindex.generations import index_generation
 from ragindex.netutil import free_port
+from ragindex.operator import OperatorOptions, register
 from ragindex.operator.apply import RagIndex
-from ragindex.operator.handlers import OperatorOptions, register
 from ragindex.operator.local_runtime import app_name, ray_auth_token
 
 pytestmark = [pytest.mark.kubernetes, pytest.mark.serve, pytest.mark.slow]
@@ -103,7 +103,7 @@ def ready(status: dict[str, Any] | None) -> bool:
 def test_local_runtime_serves_searches_and_cleans_up(
     kube_cluster: Any, kube_namespace: str, ray_dashboard: str, tmp_path: Path
 ) -> None:
-    from ragindex.router.auth import create_token
+    from ragindex.router import create_token
 
     ns, name = kube_namespace, "local"
     serve_port = free_port()

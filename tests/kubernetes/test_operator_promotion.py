@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from ragindex.generations import CHECKS, BuildReport
-from ragindex.operator.promotion import Observed, decide_promotion
-from ragindex.operator.status import Verdict, desired_status, find_condition, rfc3339
+from ragindex.operator import Observed, Verdict, decide_promotion, desired_status
+from ragindex.operator.status import find_condition, rfc3339
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 HOUR = 3600.0

@@ -13,11 +13,11 @@ from ray.serve.schema import ServeDeploySchema
 from ragindex.config import RagIndexSpec
 from ragindex.errors import InvalidInput
 from ragindex.generations import index_generation
+from ragindex.operator import RenderOptions
 from ragindex.operator.objects import (
     LABEL_GENERATION,
     LABEL_INDEX,
     ObjectRef,
-    RenderOptions,
     ray_service_name,
     ref_of,
     validate_name,

@@ -11,8 +11,8 @@ from ray.serve.schema import ServeDeploySchema
 
 from ragindex.config import RagIndexSpec
 from ragindex.errors import InvalidInput
+from ragindex.operator import Verdict, desired_status, validate_spec
 from ragindex.operator.__main__ import parse_args
-from ragindex.operator.handlers import validate_spec
 from ragindex.operator.local_runtime import (
     local_endpoint,
     merge_application,
@@ -21,8 +21,6 @@ from ragindex.operator.local_runtime import (
     without_application,
 )
 from ragindex.operator.status import (
-    Verdict,
-    desired_status,
     find_condition,
     ray_service_verdict,
     rfc3339,

@@ -33,7 +33,7 @@ import yaml
 
 from ragindex.config import RagIndexSpec
 from ragindex.generations import index_generation
-from ragindex.router.auth import create_token, tokens_path
+from ragindex.router import create_token, tokens_path
 from ragindex.serve_config import ROUTER
 
 from .conftest import CACHE, KafkaServer, KubeCluster

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from ragindex.lexical.analysis import analyze
+from ragindex.lexical import analyze
 
 ES_STANDARD = [
     ("U.S.A. don't 3.14 1,000", ["u.s.a", "don't", "3.14", "1,000"]),

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from ragindex.router import create_token
 from ragindex.router.api_models import MAX_BATCH_DOCUMENTS
-from ragindex.router.auth import create_token
 from ragindex.router.http import MAX_BODY_BYTES
 from ragindex.types import MAX_DOCUMENT_CHARS
 

@@ -13,13 +13,11 @@ from typing import Any
 import pytest
 
 from ragindex.errors import InvalidInput
+from ragindex.router import Grant, TokenVerifier, create_token, tokens_path
 from ragindex.router.auth import (
     TOKEN_ID_RE,
-    Grant,
     TokenRefused,
-    TokenVerifier,
     bearer_token,
-    create_token,
     expiry,
     hash_token,
     issue_token,
@@ -27,7 +25,6 @@ from ragindex.router.auth import (
     list_tokens,
     parse_duration,
     revoke_token,
-    tokens_path,
 )
 
 

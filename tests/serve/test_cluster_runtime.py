@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from ragindex.config import RagIndexSpec
-from ragindex.router.auth import create_token
+from ragindex.router import create_token
 from ragindex.serve_config import ROUTER, deployment_layout
 
 if TYPE_CHECKING:  # fixtures come from conftest.py; pytest's importlib mode cannot import it

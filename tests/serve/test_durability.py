@@ -26,9 +26,9 @@ from typing import Any
 import httpx
 import pytest
 
-from ragindex.app.resources import runtime_memory
+from ragindex.app import runtime_memory
 from ragindex.netutil import free_port
-from ragindex.router.auth import create_token
+from ragindex.router import create_token
 
 pytestmark = [pytest.mark.serve, pytest.mark.slow]
 

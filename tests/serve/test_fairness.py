@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from ragindex.netutil import free_port
-from ragindex.router.auth import create_token
+from ragindex.router import create_token
 
 pytestmark = [pytest.mark.serve, pytest.mark.slow]
 

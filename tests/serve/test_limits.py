@@ -10,9 +10,7 @@ import httpx
 import pytest
 
 from ragindex.config import LimitsSpec, RagIndexSpec
-from ragindex.router.auth import TokenVerifier, create_token
-from ragindex.router.http import create_app
-from ragindex.router.limits import TenantLimiter
+from ragindex.router import TenantLimiter, TokenVerifier, create_app, create_token
 
 
 def test_concurrency_limit_is_per_tenant_and_freed_on_release() -> None:

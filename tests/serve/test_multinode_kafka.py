@@ -22,7 +22,8 @@ import pytest
 
 from ragindex.config import RagIndexSpec
 from ragindex.netutil import free_port
-from ragindex.router.auth import TOKENS_FILE, create_token
+from ragindex.router import create_token
+from ragindex.router.auth import TOKENS_FILE
 from ragindex.serve_config import AUTH_DIR_ENV, KAFKA_BOOTSTRAP_ENV, render_serve_config
 
 from .readiness import wait_running_and_ready

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from ragindex.app.resources import runtime_memory
-from ragindex.router.auth import create_token
+from ragindex.app import runtime_memory
+from ragindex.router import create_token
 
 if TYPE_CHECKING:  # fixtures come from conftest.py; pytest's importlib mode cannot import it
     from conftest import ServedApp

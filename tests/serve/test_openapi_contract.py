@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from ragindex.router.auth import create_token
+from ragindex.router import create_token
 
 if TYPE_CHECKING:  # fixtures come from conftest.py; pytest's importlib mode cannot import it
     from typing import Any as ServedApp

@@ -96,7 +96,7 @@ def test_a_job_without_the_token_is_refused(running: Running) -> None:
 
 
 def test_the_api_serves_with_ray_auth_on(running: Running, tmp_path: Path) -> None:
-    from ragindex.router.auth import create_token
+    from ragindex.router import create_token
 
     token = create_token(running.data_dir, "acme")
     headers = {"Authorization": f"Bearer {token}"}

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from ragindex.errors import BackendUnavailable
-from ragindex.lexical.tantivy_index import TantivyIndex
+from ragindex.lexical import TantivyIndex
 from ragindex.types import Chunk
 
 

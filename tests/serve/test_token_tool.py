@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from ragindex.app import auth_dir
 from ragindex.app.cli import main as ragindex_main
-from ragindex.app.index_opening import auth_dir
-from ragindex.router.auth import Grant, TokenVerifier, hash_token, tokens_path
+from ragindex.router import Grant, TokenVerifier, tokens_path
+from ragindex.router.auth import hash_token
 from ragindex.router.token_tool import build_parser
 from ragindex.serve_config import AUTH_DIR_ENV
 
