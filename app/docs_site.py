@@ -10,7 +10,7 @@
   own OpenAPI document (`ragindex.router.http.create_app`).
 
 `python -m ragindex.app.docs_site` (or `scripts/gen_docs.py`) rewrites them; `--check` exits 1
-when a committed page differs from what the code gives today (tests/test_docs_site.py holds
+when a committed page differs from what the code gives today (tests/app/test_docs_site.py holds
 the same). The pages are committed so the site builds from the repo alone.
 """
 

@@ -48,7 +48,7 @@ REFUSAL_THRESHOLDS: dict[str, float] = {"dense": 0.427, "lexical": 0.406}
 """Calibrated (Youden's J, ragindex.measure.evals.answer_eval.calibrate_threshold) on alternate
 halves of the 225 Cranfield queries and of measure/evals/data/out_of_domain_questions.txt, over
 a Cranfield index with the default spec (all-MiniLM-L6-v2, hybrid, k=8);
-tests/answers/measure_answers.py. On the held-out halves, dense refused 0 % of answerable and
+tests/measure/evals/measure_answers.py. On the held-out halves, dense refused 0 % of answerable and
 100 % of out-of-domain questions; lexical 9.8 % and 92.9 %, so dense is the default whenever an
 embedder is given."""
 

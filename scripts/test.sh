@@ -3,7 +3,7 @@
 # (Elasticsearch, Kafka, kube-apiserver + etcd + controller-manager, helm, kubectl), static checks,
 # pytest, then the benchmarks' goals on small inputs (scripts/bench_check.sh) and the release gate
 # (Cranfield quality and latency ratios against measure/gate/baseline.json). The pods e2e is apart:
-# `scripts/setup_pods.sh && .venv/bin/pytest -m pods -rP tests/kubernetes/test_pods_e2e.py`.
+# `scripts/setup_pods.sh && .venv/bin/pytest -m pods -rP tests/operator/test_pods_e2e.py`.
 # Everything slow is cached under ${RAGINDEX_CACHE:-~/.cache/ragindex}.
 set -euo pipefail
 cd "$(dirname "$0")/.."

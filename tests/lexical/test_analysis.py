@@ -1,7 +1,7 @@
 """The shared analyzer reproduces Elasticsearch's `standard` analyzer.
 
 Expected token lists below were produced by Elasticsearch 8.19.21 `_analyze` with
-`"analyzer": "standard"`; tests/elasticsearch/test_parity.py re-checks against a live server.
+`"analyzer": "standard"`; tests/lexical/test_parity.py re-checks against a live server.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Shared fixtures for the answers tests: hit builders and a recording chat-completions stub.
+"""Fixtures for the router's answer tests: a recording chat-completions stub (the hit builders
+they share with measure/evals live in tests/conftest.py).
 
 The stub HTTP server stands in for an LLM endpoint only because no LLM can run offline here;
 it records every request so tests can assert on the exact prompt that would be sent.
@@ -9,52 +10,15 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 
-from ragindex.hashing import chunk_id, content_hash
-from ragindex.types import Chunk, Hit
-
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
-
-TENANT = "acme"
-
-HitFactory = Callable[..., Hit]
-
-
-@pytest.fixture
-def make_hit() -> HitFactory:
-    def build(
-        doc_id: str,
-        n: int,
-        text: str,
-        *,
-        source: str = "docs",
-        title: str | None = None,
-        context: str | None = None,
-        updated: str | None = None,
-        score: float = 1.0,
-    ) -> Hit:
-        chunk = Chunk(
-            tenant_id=TENANT,
-            chunk_id=chunk_id(source, doc_id, n),
-            source=source,
-            doc_id=doc_id,
-            n=n,
-            title=title if title is not None else f"Title of {doc_id}",
-            text=text,
-            content_hash=content_hash(text),
-            context=context,
-            updated=updated,
-        )
-        return Hit(chunk, score, {"dense": 1})
-
-    return build
 
 
 @dataclass
@@ -115,9 +79,3 @@ def chat_stub() -> Iterator[ChatStub]:
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
-
-
-@pytest.fixture
-def count_words() -> Callable[[str], int]:
-    """A count_tokens for the pure tests: whitespace words (the service gets the embedder's)."""
-    return lambda text: len(text.split())

@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # fixtures come from conftest.py; pytest's importlib mode can
     from conftest import ServedApp
 
 pytestmark = [pytest.mark.serve, pytest.mark.slow]
-CLUSTER_APP = "ragindex-cluster"  # the `cluster` fixture's app (tests/serve/conftest.py)
+CLUSTER_APP = "ragindex-cluster"  # the `cluster` fixture's app (tests/app/serve/conftest.py)
 
 TEXTS = {
     "lighthouse": (

@@ -1,7 +1,7 @@
 """Measure answers on Cranfield: calibrate the refusal threshold, then report generation figures.
 
 Not a test (benchmarks are not tests). Run:
-    OMP_NUM_THREADS=1 .venv/bin/python tests/answers/measure_answers.py [--json out.json]
+    OMP_NUM_THREADS=1 .venv/bin/python tests/measure/evals/measure_answers.py [--json out.json]
 The Cranfield index is built once under ${RAGINDEX_CACHE:-~/.cache/ragindex}/answers-cranfield
 (through the log, as served; later runs find every chunk unchanged).
 Cases alternate into a calibration half and a test half; thresholds are set on the first and
