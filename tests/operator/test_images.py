@@ -28,7 +28,7 @@ def test_kuberay_manifest_runs_the_pinned_release() -> None:
     # The pods e2e once ran an image tag that no script built any more (v1.7.0 after the pin
     # moved to v1.6.2): the node could only fail with ErrImageNeverPull, 20 minutes in.
     pinned = kuberay_version()
-    manifest = (REPO / "tests" / "kubernetes" / "manifests" / "kuberay.yaml").read_text()
+    manifest = (REPO / "tests" / "operator" / "manifests" / "kuberay.yaml").read_text()
     assert re.findall(r"image: ragindex/kuberay:(\S+)", manifest) == [pinned]
 
 
