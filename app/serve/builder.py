@@ -17,7 +17,7 @@ from ray.serve import Application
 
 from ragindex.app.serve.data_plane import DEFAULT_NAMESPACE
 from ragindex.app.serve.ingest_deployment import Ingest
-from ragindex.app.serve.lexical_view import LexicalServer
+from ragindex.app.serve.lexical_deployment import LexicalServer
 from ragindex.app.serve.pools import EmbedderPool, RerankerPool
 from ragindex.app.serve.router_deployment import Router
 from ragindex.app.serve.shard_deployment import ShardServer
