@@ -21,7 +21,7 @@ from ragindex.cli_output import add_json_option, emit_json
 from ragindex.errors import BackendUnavailable, InvalidInput, RagIndexError
 
 if TYPE_CHECKING:
-    from ragindex.router.query import SearchResult
+    from ragindex.router import SearchResult
     from ragindex.types import Document
 
 TOKEN_ENV = "RAGINDEX_TOKEN"
@@ -78,7 +78,7 @@ def _set_thread_defaults() -> None:
 
 
 def _data_dir(args: argparse.Namespace) -> Path:
-    from ragindex.app.engine import default_data_dir
+    from ragindex.app.index_opening import default_data_dir
 
     return Path(args.data_dir) if args.data_dir else default_data_dir()
 
@@ -100,7 +100,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         return _ingest_over_http(args, documents)
     from ragindex.app.embedded import ingest_through_log
     from ragindex.app.generations import serving_spec
-    from ragindex.models.embedder import load_embedder
+    from ragindex.models import load_embedder
 
     args.tenant = args.tenant or "default"
     spec = serving_spec(_data_dir(args), args.spec)
@@ -203,7 +203,7 @@ def print_hits(result: SearchResult) -> None:
 def cmd_reindex(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from ragindex.app.engine import load_spec
+    from ragindex.app.index_opening import load_spec
     from ragindex.app.reindex import Reindex, rollback
 
     data_dir = _data_dir(args)
@@ -233,7 +233,7 @@ def cmd_reindex(args: argparse.Namespace) -> int:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    from ragindex.app.engine import load_spec
+    from ragindex.app.index_opening import load_spec
     from ragindex.serve_config import render_serve_config, to_yaml
 
     config = render_serve_config(
@@ -359,7 +359,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         # serve and token share the same default data dir; eval keeps its own, demo a temp dir.
         if args.command in ("serve", "token") and args.data_dir is None:
-            from ragindex.app.engine import default_data_dir
+            from ragindex.app.index_opening import default_data_dir
 
             args.data_dir = default_data_dir()
         return int(args.run(args))

@@ -12,7 +12,7 @@
   own OpenAPI document (`ragindex.router.http.create_app`).
 
 `python -m ragindex.app.docs_site` (or `scripts/gen_docs.py`) rewrites them; `--check` exits 1
-when a committed page differs from what the code gives today (tests/test_docs_site.py holds
+when a committed page differs from what the code gives today (tests/app/test_docs_site.py holds
 the same). The pages are committed so the site builds from the repo alone.
 """
 
@@ -329,8 +329,7 @@ def helm_reference() -> str:
 
 def openapi_document() -> dict[str, Any]:
     """The OpenAPI document the app serves at /openapi.json (no backend is needed for it)."""
-    from ragindex.router.auth import TokenVerifier
-    from ragindex.router.http import Backend, create_app
+    from ragindex.router import Backend, TokenVerifier, create_app
 
     backend = typing.cast(Backend, types.SimpleNamespace())
     app = create_app(backend, TokenVerifier(Path("/nonexistent")))

@@ -21,14 +21,13 @@ from ragindex.app.serve.data_plane import DEFAULT_NAMESPACE, ensure_topics, open
 from ragindex.app.serve.query_side import LocalQuerySide, SerializedEmbedder
 from ragindex.app.serve_cli import APP_NAME  # the served app's name names its topics
 from ragindex.config import RagIndexSpec
-from ragindex.ingest.pipeline import as_documents
-from ragindex.ingest.worker import IngestWorker
-from ragindex.lexical.view import LexicalView
-from ragindex.models.embedder import load_embedder
+from ragindex.ingest import IngestWorker, as_documents
+from ragindex.lexical import LexicalView
+from ragindex.models import load_embedder
 from ragindex.protocols import Embedder, LexicalIndex
 from ragindex.records import DocsRecord, docs_records, docs_tombstone
-from ragindex.router.query import QueryEngine
-from ragindex.shards.replica_set import ReplicaDenseIndex
+from ragindex.router import QueryEngine
+from ragindex.shards import ReplicaDenseIndex
 from ragindex.topics import plane_topics
 from ragindex.types import Document, validate_tenant
 

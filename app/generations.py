@@ -11,7 +11,7 @@ import json
 import time
 from pathlib import Path
 
-from ragindex.app.engine import load_spec
+from ragindex.app.index_opening import load_spec
 from ragindex.config import RagIndexSpec
 from ragindex.errors import InvalidInput
 from ragindex.generations import (
@@ -20,7 +20,7 @@ from ragindex.generations import (
     first_generation,
     index_generation,
 )
-from ragindex.shards.fsio import fsync_dir, write_durable
+from ragindex.shards import fsync_dir, write_durable
 
 RECORD = "generations.json"
 

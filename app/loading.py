@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ragindex.errors import InvalidInput
-from ragindex.ingest.parsers import load_file
+from ragindex.ingest import load_file
 from ragindex.types import Document
 
 SUFFIXES = (".md", ".markdown", ".txt", ".jsonl")

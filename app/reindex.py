@@ -27,8 +27,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ragindex.app.engine import elasticsearch_auth
 from ragindex.app.generations import read_record, write_record
+from ragindex.app.index_opening import elasticsearch_auth
 from ragindex.app.serve.data_plane import (
     DEFAULT_NAMESPACE,
     ensure_topics,
@@ -55,9 +55,9 @@ from ragindex.generations import (
     rollback_target,
     start_building,
 )
-from ragindex.ingest.worker import IngestWorker
-from ragindex.lexical.elasticsearch_index import ElasticsearchIndex, make_client
-from ragindex.models.embedder import load_embedder
+from ragindex.ingest import IngestWorker
+from ragindex.lexical import ElasticsearchIndex, make_client
+from ragindex.models import load_embedder
 from ragindex.protocols import Embedder, Log
 from ragindex.topics import plane_snapshots_topic, plane_topics
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ragindex.router.auth import tokens_path
+from ragindex.router import tokens_path
 from ragindex.router.token_tool import run
 
 

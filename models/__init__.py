@@ -1,1 +1,49 @@
-"""ragindex.models"""
+"""ragindex.models: the embedders and rerankers, loaded from the spec's model section.
+
+- `load_embedder`, `resolve_model_path`: the embedder a spec names (sentence-transformers,
+  FlagEmbedding or ONNX Runtime: `SentenceTransformerEmbedder`, `FlagEmbedder`, `OnnxEmbedder`),
+  and where its weights are; `TokenCounter`: the tokenizer alone;
+- `load_reranker`: the cross-encoder reranker a spec names (`CrossEncoderReranker`).
+
+torch, transformers and ONNX Runtime load when a model does, not with this package.
+"""
+
+from typing import TYPE_CHECKING
+
+from ragindex.faces import lazy_face
+
+if TYPE_CHECKING:
+    from ragindex.models.embedder import (
+        FlagEmbedder,
+        SentenceTransformerEmbedder,
+        load_embedder,
+        resolve_model_path,
+    )
+    from ragindex.models.onnx_embedder import OnnxEmbedder, TokenCounter
+    from ragindex.models.reranker import CrossEncoderReranker, load_reranker
+
+__all__ = [
+    "CrossEncoderReranker",
+    "FlagEmbedder",
+    "OnnxEmbedder",
+    "SentenceTransformerEmbedder",
+    "TokenCounter",
+    "load_embedder",
+    "load_reranker",
+    "resolve_model_path",
+]
+
+if not TYPE_CHECKING:
+    __getattr__, __dir__ = lazy_face(
+        __name__,
+        {
+            "embedder": [
+                "FlagEmbedder",
+                "SentenceTransformerEmbedder",
+                "load_embedder",
+                "resolve_model_path",
+            ],
+            "onnx_embedder": ["OnnxEmbedder", "TokenCounter"],
+            "reranker": ["CrossEncoderReranker", "load_reranker"],
+        },
+    )

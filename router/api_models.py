@@ -21,7 +21,7 @@ from ragindex.router.access import (
     ReadScope,
     Timestamp,
 )
-from ragindex.router.answer import Count
+from ragindex.router.grounded_answer import Count
 from ragindex.router.query import MAX_QUERY_CHARS, SearchResult
 from ragindex.types import (
     ID_PART_PATTERN,

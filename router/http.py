@@ -10,7 +10,7 @@ are enforced before anything is written (DESIGN.md invariant 7).
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Annotated, Any, Protocol
 
 from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request, Security
@@ -35,7 +35,6 @@ from ragindex.router.access import (
     ReadScope,
     access_for,
 )
-from ragindex.router.answer import Answer, AnswerRequest, AnswerResponse
 from ragindex.router.api_models import (
     AcceptedResponse,
     GenerationReport,
@@ -48,6 +47,7 @@ from ragindex.router.api_models import (
     hit_out,
 )
 from ragindex.router.auth import Grant, TokenRefused, TokenVerifier
+from ragindex.router.grounded_answer import Answer, AnswerRequest, AnswerResponse
 from ragindex.router.limits import TenantLimiter
 from ragindex.router.middleware import BodyLimit, Metrics
 from ragindex.router.problems import (
@@ -119,7 +119,9 @@ def validation_message(errors: list[Any]) -> tuple[str, str]:
     return "invalid-request", "invalid request: " + "; ".join(parts) + more
 
 
-def problem_response(code: str, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:
+def problem_response(
+    code: str, detail: str, headers: Mapping[str, str] | None = None
+) -> JSONResponse:
     return JSONResponse(
         problem(code, detail),
         status_code=PROBLEMS[code].status,

@@ -22,13 +22,13 @@ from pathlib import Path
 
 import numpy as np
 
+from ragindex.app import APP_NAME
 from ragindex.app.serve.data_plane import DEFAULT_NAMESPACE
 from ragindex.app.serve.query_side import LocalQuerySide
-from ragindex.app.serve_cli import APP_NAME
 from ragindex.config import RagIndexSpec
 from ragindex.measure.bench.serve import BENCH_SPEC
 from ragindex.measure.bench.serve_corpus import SyntheticPassages, load_corpus
-from ragindex.models.embedder import load_embedder
+from ragindex.models import load_embedder
 
 
 def main(mode: str, chunks: int, data: Path) -> None:

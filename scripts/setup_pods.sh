@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepare this machine for the pods e2e (`pytest -m pods`, tests/kubernetes/test_pods_e2e.py):
+# Prepare this machine for the pods e2e (`pytest -m pods`, tests/operator/test_pods_e2e.py):
 # the Debian packages a node needs, the node binaries (kubelet, kube-scheduler, kube-proxy, CoreDNS,
 # KubeRay's ray-operator) and the images (base, operator, Ray, KubeRay). Needs root. Everything is
 # cached under ${RAGINDEX_CACHE:-~/.cache/ragindex}; a second run takes seconds.

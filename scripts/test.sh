@@ -18,6 +18,6 @@ scripts/fetch_kafka.sh
 scripts/setup_pods.sh
 scripts/lint.sh
 .venv/bin/pytest "$@"
-.venv/bin/pytest -m pods -rP tests/kubernetes/test_pods_e2e.py  # -rP: its figures in the log
+.venv/bin/pytest -m pods -rP tests/operator/test_pods_e2e.py  # -rP: its figures in the log
 scripts/bench_check.sh
 .venv/bin/ragindex gate

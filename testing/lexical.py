@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 
 from ragindex.errors import InvalidInput
 from ragindex.filters import compile_access, matches, parse_filter
-from ragindex.lexical.view import LexicalView
+from ragindex.lexical import LexicalView
 from ragindex.log import FileLog
 from ragindex.protocols import LexicalIndex
 from ragindex.records import chunk_key, encode_chunk

@@ -1,6 +1,6 @@
-"""Fixtures shared by several test areas: one Elasticsearch server, one Kafka broker, the
-packaged MiniLM, Cranfield as chunks, and a BM25 quality probe; and the rule that skips fail
-in CI.
+"""Fixtures shared by several test areas: one Elasticsearch server (and fresh alias names on it),
+one Kafka broker, the packaged MiniLM, Cranfield as chunks, a BM25 quality probe and hand-built
+hits for the answer tests; and the rule that skips fail in CI.
 
 Each area's own conftest adds the servers it needs; what more than one area uses lives here.
 The shared data is found by one rule, the CLI's (`ragindex.app.loading.cranfield_dir`:
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -25,16 +26,16 @@ os.environ.setdefault("RAY_raylet_start_wait_time_s", "180")  # 2 shared cores s
 os.environ.pop("RAY_AUTH_TOKEN", None)
 os.environ.update(ray_environment(Path(tempfile.mkdtemp(prefix="ragindex-ray-auth-"))))
 
-from ragindex.app.loading import cranfield_dir as find_cranfield
+from ragindex.app import cranfield_dir as find_cranfield
 from ragindex.config import RagIndexSpec
 from ragindex.errors import InvalidInput
-from ragindex.measure.evals.collections import Collection, load_cranfield
+from ragindex.hashing import chunk_id, content_hash
+from ragindex.measure.evals import Collection, load_cranfield
 from ragindex.measure.evals.metrics import ndcg_at_k
-from ragindex.measure.servers.elasticsearch import EsServer, start_elasticsearch
-from ragindex.measure.servers.kafka import KafkaServer, start_kafka
-from ragindex.models.embedder import load_embedder
+from ragindex.measure.servers import EsServer, KafkaServer, start_elasticsearch, start_kafka
+from ragindex.models import load_embedder
 from ragindex.protocols import Embedder, LexicalIndex
-from ragindex.types import Chunk
+from ragindex.types import Chunk, Hit
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
@@ -92,7 +93,7 @@ def tiny_cross_encoder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     import torch
     from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
-    from ragindex.models.embedder import resolve_model_path
+    from ragindex.models import resolve_model_path
 
     out = tmp_path_factory.mktemp("tiny-cross-encoder")
     tokenizer = AutoTokenizer.from_pretrained(str(resolve_model_path("all-MiniLM-L6-v2")))
@@ -161,3 +162,51 @@ def mean_ndcg(cranfield: Collection) -> Callable[[LexicalIndex], float]:
         return sum(scores) / len(scores)
 
     return mean
+
+
+@pytest.fixture
+def new_alias() -> Callable[[], str]:
+    """Fresh alias names, unique across the session."""
+    return lambda: f"t_{uuid.uuid4().hex[:12]}"
+
+
+# --- Answers: hits built by hand, a word count for tokens (router and measure/evals tests) ---
+HIT_TENANT = "acme"
+
+HitFactory = Callable[..., Hit]
+
+
+@pytest.fixture
+def make_hit() -> HitFactory:
+    def build(
+        doc_id: str,
+        n: int,
+        text: str,
+        *,
+        source: str = "docs",
+        title: str | None = None,
+        context: str | None = None,
+        updated: str | None = None,
+        score: float = 1.0,
+    ) -> Hit:
+        chunk = Chunk(
+            tenant_id=HIT_TENANT,
+            chunk_id=chunk_id(source, doc_id, n),
+            source=source,
+            doc_id=doc_id,
+            n=n,
+            title=title if title is not None else f"Title of {doc_id}",
+            text=text,
+            content_hash=content_hash(text),
+            context=context,
+            updated=updated,
+        )
+        return Hit(chunk, score, {"dense": 1})
+
+    return build
+
+
+@pytest.fixture
+def count_words() -> Callable[[str], int]:
+    """A count_tokens for the pure tests: whitespace words (the service gets the embedder's)."""
+    return lambda text: len(text.split())

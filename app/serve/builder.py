@@ -16,11 +16,11 @@ from ray import serve
 from ray.serve import Application
 
 from ragindex.app.serve.data_plane import DEFAULT_NAMESPACE
-from ragindex.app.serve.ingest import Ingest
-from ragindex.app.serve.lexical_view import LexicalServer
+from ragindex.app.serve.ingest_deployment import Ingest
+from ragindex.app.serve.lexical_deployment import LexicalServer
 from ragindex.app.serve.pools import EmbedderPool, RerankerPool
-from ragindex.app.serve.router import Router
-from ragindex.app.serve.shard import ShardServer
+from ragindex.app.serve.router_deployment import Router
+from ragindex.app.serve.shard_deployment import ShardServer
 from ragindex.config import RagIndexSpec
 from ragindex.errors import InvalidInput
 from ragindex.serve_config import (

@@ -33,7 +33,7 @@ def open_log(data_dir: Path) -> Log:
     """Kafka if the pod was given brokers, else the file log under the data directory."""
     bootstrap = os.environ.get(KAFKA_BOOTSTRAP_ENV)
     if bootstrap:
-        from ragindex.log.kafka_log import KafkaLog
+        from ragindex.log import KafkaLog
 
         user, password = os.environ.get(KAFKA_USERNAME_ENV), os.environ.get(KAFKA_PASSWORD_ENV)
         return KafkaLog(bootstrap, username=user, password=password)

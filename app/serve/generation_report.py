@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from ragindex.app.serve.ingest import applied_target
+from ragindex.app.serve.ingest_deployment import applied_target
 from ragindex.generations import (
     SELF_CHECK_TOP_K,
     BuildReport,
@@ -31,7 +31,7 @@ from ragindex.generations import (
 )
 from ragindex.protocols import Log
 from ragindex.records import DocKey, decode_document
-from ragindex.router.query import SearchResult
+from ragindex.router import SearchResult
 from ragindex.topics import DataPlaneTopics
 from ragindex.types import Document
 

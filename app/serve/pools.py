@@ -10,11 +10,10 @@ import numpy as np
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
-from ragindex.app.serve import failover
+from ragindex.app.serve import handle_failover
 from ragindex.app.serve.threads import limit_threads
 from ragindex.config import RagIndexSpec
-from ragindex.models.embedder import load_embedder
-from ragindex.models.reranker import load_reranker
+from ragindex.models import load_embedder, load_reranker
 from ragindex.protocols import Vectors
 from ragindex.types import ModelIdentity
 
@@ -53,7 +52,7 @@ class RerankerPool:
 
 class RemoteEmbedder:
     """Embedder protocol over a QueryEmbedder/IngestEmbedder deployment (blocking calls).
-    Query-time calls fail over (app.serve.failover); embedding passages for ingest does not:
+    Query-time calls fail over (app.serve.handle_failover); embedding passages for ingest does not:
     a batch may take long, and a failed batch is retried from the committed offset anyway.
     `count_tokens`, when given, counts here instead of in the pool (the chunker calls it for
     every piece of every document: a remote call each would cost more than the count)."""
@@ -71,7 +70,7 @@ class RemoteEmbedder:
         self._count_tokens = count_tokens
 
     def embed_queries(self, texts: Sequence[str]) -> Vectors:
-        rows = failover.call_all([partial(self.handle.embed_query.remote, t) for t in texts])
+        rows = handle_failover.call_all([partial(self.handle.embed_query.remote, t) for t in texts])
         return np.stack(rows).astype(np.float32)
 
     def embed_passages(self, texts: Sequence[str]) -> Vectors:
@@ -80,7 +79,7 @@ class RemoteEmbedder:
     def count_tokens(self, text: str) -> int:
         if self._count_tokens is not None:
             return self._count_tokens(text)
-        return int(failover.call(partial(self.handle.count_tokens.remote, text)))
+        return int(handle_failover.call(partial(self.handle.count_tokens.remote, text)))
 
 
 class RemoteReranker:
@@ -88,4 +87,4 @@ class RemoteReranker:
         self.handle = handle
 
     def score(self, query: str, passages: Sequence[str]) -> list[float]:
-        return failover.call(partial(self.handle.score.remote, query, list(passages)))
+        return handle_failover.call(partial(self.handle.score.remote, query, list(passages)))

@@ -20,7 +20,7 @@ from typing import Any
 
 import ray
 
-from ragindex.router.applied import ViewReport
+from ragindex.router import ViewReport
 
 log = logging.getLogger("ragindex.serve")
 

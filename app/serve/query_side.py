@@ -6,7 +6,7 @@
   REFRESH_S, far inside the freshness bound. Hits get their text from the shard replicas.
 - cluster: the Router fans out through handles to Shard<i> (vectors and their chunks' text),
   Lexical (the BM25 view), QueryEmbedder (batched) and Reranker deployments; every call fails
-  over to another replica within a bound (app.serve.failover) instead of waiting on a replica
+  over to another replica within a bound (app.serve.handle_failover) instead of waiting on a replica
   whose node went away.
 """
 
@@ -24,9 +24,9 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 from ray.serve.handle import DeploymentHandle
 
-from ragindex.app.answers import answer_service
-from ragindex.app.engine import open_lexical
-from ragindex.app.serve import failover
+from ragindex.app.answer_from_spec import answer_service
+from ragindex.app.index_opening import open_lexical
+from ragindex.app.serve import handle_failover
 from ragindex.app.serve.data_plane import (
     applied_target,
     open_log,
@@ -45,23 +45,27 @@ from ragindex.config import RagIndexSpec
 from ragindex.errors import BackendUnavailable, InvalidInput
 from ragindex.filters import TermExpr
 from ragindex.generations import index_generation
-from ragindex.lexical.view import LexicalView
-from ragindex.models.embedder import load_embedder
-from ragindex.models.reranker import load_reranker
+from ragindex.lexical import LexicalView
+from ragindex.models import load_embedder, load_reranker
 from ragindex.protocols import Embedder, Log, Vectors
-from ragindex.router.answer import Answer, AnswerService
-from ragindex.router.applied import every_replica_applied
-from ragindex.router.query import Access, QueryEngine, SearchResult
-from ragindex.router.query_cache import with_query_cache
+from ragindex.router import (
+    Access,
+    Answer,
+    AnswerService,
+    QueryEngine,
+    SearchResult,
+    every_replica_applied,
+    with_query_cache,
+)
 from ragindex.serve_config import LEXICAL, shard_deployment_name
-from ragindex.shards.log_replica import LogShardReplica
-from ragindex.shards.replica_set import (
+from ragindex.shards import (
+    LogShardReplica,
     ReadOnlyDense,
     ReplicaDenseIndex,
+    SnapshotTopic,
     by_shard,
     merge_by_score,
 )
-from ragindex.shards.snapshot_log import SnapshotTopic
 from ragindex.topics import plane_snapshots_topic, plane_topics
 from ragindex.types import Chunk, ModelIdentity, ScoredId
 
@@ -337,7 +341,7 @@ class RemoteDenseIndex(ReadOnlyDense):
         identity: ModelIdentity,
         access: TermExpr | None = None,
     ) -> list[ScoredId]:
-        results = failover.call_all(
+        results = handle_failover.call_all(
             [
                 partial(s.search.remote, query_vector, top_k, tenant_id, identity, access)
                 for s in self.shards
@@ -347,7 +351,7 @@ class RemoteDenseIndex(ReadOnlyDense):
 
     def get_chunks(self, tenant_id: str, chunk_ids: Sequence[str]) -> dict[str, Chunk]:
         found: dict[str, Chunk] = {}
-        for chunks in failover.call_all(
+        for chunks in handle_failover.call_all(
             [
                 partial(self.shards[shard].get_chunks.remote, tenant_id, ids)
                 for shard, ids in by_shard(tenant_id, chunk_ids, len(self.shards)).items()
@@ -357,12 +361,14 @@ class RemoteDenseIndex(ReadOnlyDense):
         return found
 
     def count(self, tenant_id: str) -> int:
-        counts = failover.call_all([partial(s.count.remote, tenant_id) for s in self.shards])
+        counts = handle_failover.call_all([partial(s.count.remote, tenant_id) for s in self.shards])
         return sum(int(c) for c in counts)
 
     def document_keys(self, tenant_id: str) -> set[tuple[str, str]]:
         """(source, doc_id) of every document with chunks in the Shard<i> replicas."""
-        found = failover.call_all([partial(s.documents.remote, tenant_id) for s in self.shards])
+        found = handle_failover.call_all(
+            [partial(s.documents.remote, tenant_id) for s in self.shards]
+        )
         return set().union(*found)
 
     def documents(self, tenant_id: str) -> int:
@@ -382,10 +388,12 @@ class RemoteLexical:
     def search(
         self, query: str, top_k: int, tenant_id: str, access: TermExpr | None = None
     ) -> list[ScoredId]:
-        return failover.call(partial(self.handle.search.remote, query, top_k, tenant_id, access))
+        return handle_failover.call(
+            partial(self.handle.search.remote, query, top_k, tenant_id, access)
+        )
 
     def count(self, tenant_id: str) -> int:
-        return int(failover.call(partial(self.handle.count.remote, tenant_id)))
+        return int(handle_failover.call(partial(self.handle.count.remote, tenant_id)))
 
     def location(self) -> str:
         return "the Lexical deployment's replicas (each keeps its own offsets)"

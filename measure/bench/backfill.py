@@ -34,19 +34,17 @@ from typing import Any
 
 import numpy as np
 
-from ragindex.app.loading import cranfield_dir
+from ragindex.app import APP_NAME, cranfield_dir
 from ragindex.app.serve.data_plane import DEFAULT_NAMESPACE, ensure_topics, open_log
-from ragindex.app.serve_cli import APP_NAME
 from ragindex.config import RagIndexSpec
 from ragindex.errors import InvalidInput
-from ragindex.ingest.pipeline import chunk_for_embedder, embed_chunks
-from ragindex.ingest.worker import IngestWorker
+from ragindex.ingest import IngestWorker, chunk_for_embedder, embed_chunks
 from ragindex.measure.bench.cli import checked, machine
 from ragindex.measure.bench.ray_data_backfill import ray_data_backfill
 from ragindex.measure.evals.collections import load_cranfield
 from ragindex.measure.output import write_json
 from ragindex.measure.stats import Goals, missed_goals
-from ragindex.models.embedder import load_embedder
+from ragindex.models import load_embedder
 from ragindex.protocols import Log
 from ragindex.records import decode_chunk, docs_records
 from ragindex.topics import DataPlaneTopics, plane_topics
@@ -173,7 +171,7 @@ def run_backfill_bench(
 
 
 def bench_backfill_command(args: argparse.Namespace) -> int:
-    from ragindex.app.engine import load_spec
+    from ragindex.app import load_spec
 
     if args.ray_data_actors < 0:
         raise InvalidInput(

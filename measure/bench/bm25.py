@@ -23,12 +23,12 @@ from typing import Any
 import numpy as np
 
 from ragindex.errors import InvalidInput
-from ragindex.lexical.analysis import analyze
+from ragindex.lexical import analyze
 from ragindex.measure.evals.collections import Collection, CorpusDoc
 from ragindex.measure.evals.runner import DEFAULT_TENANT, evaluate
 from ragindex.measure.stats import WARMUP_QUERIES, percentiles, split_warmup, text_table
 from ragindex.protocols import LexicalIndex
-from ragindex.router.query import QueryEngine, SearchResult
+from ragindex.router import QueryEngine, SearchResult
 
 BACKENDS = ("tantivy", "elasticsearch")
 NDCG_TOLERANCE = 0.01

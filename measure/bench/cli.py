@@ -18,12 +18,11 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from ragindex.app.embedded import EmbeddedIndex
-from ragindex.app.loading import cranfield_dir
+from ragindex.app import EmbeddedIndex, cranfield_dir
 from ragindex.app.serve_cli import exit_on_sigterm
 from ragindex.config import DenseSpec, RagIndexSpec
 from ragindex.errors import InvalidInput
-from ragindex.lexical.elasticsearch_index import ElasticsearchIndex
+from ragindex.lexical import ElasticsearchIndex
 from ragindex.measure.bench.bm25 import (
     NDCG_TOLERANCE,
     bm25_table,
@@ -39,7 +38,7 @@ from ragindex.measure.output import write_json
 from ragindex.measure.servers.elasticsearch import ES_VERSION, running_elasticsearch
 from ragindex.measure.stats import WARMUP_QUERIES, Goals, missed_goals, text_table
 from ragindex.netutil import free_port
-from ragindex.router.query import QueryEngine
+from ragindex.router import QueryEngine
 
 FILTERED_DIM = 384
 BENCH_ALIAS = "bench_bm25"

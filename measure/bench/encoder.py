@@ -18,12 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from ragindex.app.loading import cranfield_dir
+from ragindex.app import cranfield_dir
 from ragindex.config import EmbedderSpec
 from ragindex.measure.evals.collections import load_cranfield
 from ragindex.measure.output import write_json
 from ragindex.measure.stats import Goals, missed_goals, percentiles, text_table
-from ragindex.models.embedder import load_embedder
+from ragindex.models import load_embedder
 from ragindex.protocols import Embedder
 
 BACKENDS = ("sentence-transformers", "onnx", "onnx-int8")

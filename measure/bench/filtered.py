@@ -32,7 +32,7 @@ from ragindex.filters import (
 )
 from ragindex.measure.bench.served_vectors import ServedVectors, vector_chunk
 from ragindex.measure.stats import WARMUP_QUERIES, percentiles, split_warmup
-from ragindex.shards.replica_set import ReplicaDenseIndex
+from ragindex.shards import ReplicaDenseIndex
 from ragindex.types import Chunk, ModelIdentity
 
 DEFAULT_SHARES = (0.001, 0.01, 0.1, 0.5)

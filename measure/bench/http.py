@@ -39,7 +39,7 @@ from ragindex.measure.bench.serve_corpus import (
 from ragindex.measure.bench.serve_probes import HttpSample, http_search, ready_deadline_s
 from ragindex.measure.stats import percentile
 from ragindex.netutil import free_port
-from ragindex.router.auth import create_token
+from ragindex.router import create_token
 
 CHUNKS = 2_000
 START_ATTEMPTS = 3
@@ -169,7 +169,7 @@ def compare(
 def run_bench_http(
     variants: Mapping[str, Mapping[str, str]] = VARIANTS, chunks: int = CHUNKS
 ) -> dict[str, Any]:
-    from ragindex.models.embedder import load_embedder
+    from ragindex.models import load_embedder
 
     root = Path(tempfile.mkdtemp(prefix="ragindex-bench-http-"))
     spec = RagIndexSpec.model_validate(BENCH_SPEC)

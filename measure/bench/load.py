@@ -25,7 +25,7 @@ from typing import Any
 
 import httpx
 
-from ragindex.app.resources import runtime_memory
+from ragindex.app import runtime_memory
 from ragindex.measure.stats import percentile
 
 P99_BOUND_MS = 40.0

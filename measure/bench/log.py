@@ -13,8 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ragindex.log.file_log import FileLog
-from ragindex.log.kafka_log import KafkaLog
+from ragindex.log import FileLog, KafkaLog
 from ragindex.measure.servers.kafka import running_kafka
 from ragindex.protocols import Log
 

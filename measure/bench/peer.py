@@ -18,9 +18,7 @@ from typing import Any
 import httpx
 
 from ragindex.config import RagIndexSpec
-from ragindex.lexical.documents import BODY_FIELD, TITLE_FIELD, FieldBoosts
-from ragindex.lexical.elasticsearch_index import ElasticsearchIndex
-from ragindex.lexical.view import LexicalView
+from ragindex.lexical import BODY_FIELD, TITLE_FIELD, ElasticsearchIndex, FieldBoosts, LexicalView
 from ragindex.measure.stats import percentile
 from ragindex.protocols import Log
 

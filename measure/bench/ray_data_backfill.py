@@ -24,8 +24,8 @@ from ragindex.app.serve.generation_report import end_offsets, live_documents
 from ragindex.app.serve.threads import limit_threads
 from ragindex.config import RagIndexSpec
 from ragindex.hashing import shard_for
-from ragindex.ingest.pipeline import chunk_for_embedder, embed_chunks
-from ragindex.models.embedder import load_embedder
+from ragindex.ingest import chunk_for_embedder, embed_chunks
+from ragindex.models import load_embedder
 from ragindex.protocols import Log
 from ragindex.records import (
     DocKey,

@@ -87,7 +87,7 @@ from ragindex.measure.bench.serve_probes import (
 )
 from ragindex.measure.stats import Goals, missed_goals, percentile, text_table
 from ragindex.protocols import Embedder
-from ragindex.router.auth import create_token
+from ragindex.router import create_token
 from ragindex.serve_config import KAFKA_BOOTSTRAP_ENV, Runtime
 
 LogKind = Literal["file", "kafka"]
@@ -155,7 +155,7 @@ def start_app(data_dir: Path, port: int, spec: RagIndexSpec, runtime: Runtime) -
     processes start."""
     import ray
 
-    from ragindex.app.serve_cli import deploy_app, start_local, stop_local
+    from ragindex.app import deploy_app, start_local, stop_local
 
     direct = os.environ.get("RAY_SERVE_ENABLE_DIRECT_INGRESS") == "1"
     if ray.is_initialized() and direct and runtime == "local" and spec.dense.replicas > 1:
@@ -220,19 +220,15 @@ def kafka_data_plane() -> Iterator[None]:
 def _run(
     chunks: int, data_dir: Path, port: int, *, peer: bool, load: bool, shard_replicas: int | None
 ) -> dict[str, Any]:
-    from ragindex.app.serve_cli import (
-        APP_NAME,
-        CLUSTER_WORKER_NICENESS,
-        apply_ray_environment,
-        stop_local,
-    )
+    from ragindex.app import APP_NAME, stop_local
+    from ragindex.app.serve_cli import CLUSTER_WORKER_NICENESS, apply_ray_environment
 
     apply_ray_environment(data_dir, "cluster" if shard_replicas else "local")
     free_dashboard_port()
     from ragindex.app.serve.data_plane import DEFAULT_NAMESPACE, open_log
     from ragindex.app.serve.query_side import LocalQuerySide
     from ragindex.measure.servers.elasticsearch import running_elasticsearch
-    from ragindex.models.embedder import load_embedder
+    from ragindex.models import load_embedder
     from ragindex.topics import plane_topics
 
     runtime: Runtime = "local" if shard_replicas is None else "cluster"

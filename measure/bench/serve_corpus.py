@@ -77,9 +77,9 @@ def load_corpus(
     data_dir: Path, spec: RagIndexSpec, embedder: Embedder, chunks: int, rng: np.random.Generator
 ) -> None:
     """Append the corpus to `docs` and run the ingest worker over it, in this process."""
+    from ragindex.app import APP_NAME
     from ragindex.app.serve.data_plane import DEFAULT_NAMESPACE, ensure_topics, open_log
-    from ragindex.app.serve_cli import APP_NAME
-    from ragindex.ingest.worker import IngestWorker
+    from ragindex.ingest import IngestWorker
     from ragindex.topics import plane_topics
 
     topics = plane_topics(spec, APP_NAME, DEFAULT_NAMESPACE)

@@ -213,7 +213,7 @@ def ingest_traces() -> list[dict[str, Any]]:
     """The Ingest replicas' latest batch traces (this process is the app's Ray driver)."""
     from ray import serve
 
-    from ragindex.app.serve_cli import APP_NAME
+    from ragindex.app import APP_NAME
     from ragindex.serve_config import INGEST
 
     handle = serve.get_deployment_handle(INGEST, app_name=APP_NAME)

@@ -17,7 +17,7 @@ from ragindex.config import RagIndexSpec
 from ragindex.measure.bench.load import PeakMemory, ramp
 from ragindex.measure.bench.serve_corpus import TENANT
 from ragindex.measure.stats import percentile
-from ragindex.router.query import engine_ms
+from ragindex.router import engine_ms
 from ragindex.types import ModelIdentity
 
 if TYPE_CHECKING:  # Ray is imported only when the benchmark runs
@@ -66,9 +66,9 @@ def wait_snapshots_published(
 ) -> None:
     """Until the app's replica published a snapshot of every shard to the log (it does once
     its first replay is done), so that the new replica measured next can start from them."""
+    from ragindex.app import APP_NAME
     from ragindex.app.serve.data_plane import DEFAULT_NAMESPACE, open_log, open_snapshot_log
-    from ragindex.app.serve_cli import APP_NAME
-    from ragindex.shards.snapshot_log import SnapshotTopic
+    from ragindex.shards import SnapshotTopic
     from ragindex.topics import plane_snapshots_topic
 
     topic = plane_snapshots_topic(spec, APP_NAME, DEFAULT_NAMESPACE)

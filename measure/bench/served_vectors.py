@@ -17,8 +17,7 @@ from ragindex.hashing import shard_for
 from ragindex.log import FileLog
 from ragindex.protocols import Vectors
 from ragindex.records import chunk_key, encode_chunk
-from ragindex.shards.log_replica import LogShardReplica
-from ragindex.shards.replica_set import ReplicaDenseIndex
+from ragindex.shards import LogShardReplica, ReplicaDenseIndex
 from ragindex.types import Chunk, ModelIdentity
 
 CHUNKS = "chunks"

@@ -35,8 +35,8 @@ from ragindex.measure.evals.collections import Collection
 from ragindex.measure.evals.runner import IngestFn, evaluate
 from ragindex.measure.stats import WARMUP_QUERIES, percentiles, split_warmup
 from ragindex.protocols import Vectors
-from ragindex.router.query import QueryEngine, SearchResult
-from ragindex.shards.replica_set import ReplicaDenseIndex
+from ragindex.router import QueryEngine, SearchResult
+from ragindex.shards import ReplicaDenseIndex
 from ragindex.types import Document, ModelIdentity
 
 DEFAULT_EF = (4, 8, 16, 32, 64, 128, 256)

@@ -16,8 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ragindex.lexical.tantivy_index import TantivyIndex
-from ragindex.lexical.tenant_indexes import TenantIndexes
+from ragindex.lexical import TantivyIndex, TenantIndexes
 from ragindex.measure.evals.collections import Collection
 from ragindex.measure.stats import percentiles, text_table
 from ragindex.protocols import LexicalIndex

@@ -17,9 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ragindex.app.embedded import EmbeddedIndex
-from ragindex.app.engine import load_spec
-from ragindex.app.loading import cranfield_dir
+from ragindex.app import EmbeddedIndex, cranfield_dir, load_spec
 from ragindex.config import RagIndexSpec
 from ragindex.errors import InvalidInput
 from ragindex.hashing import content_hash
@@ -127,7 +125,7 @@ def eval_command(args: argparse.Namespace) -> int:
         if args.per_query:
             report.write_per_query(args.per_query)
         if args.answers:
-            from ragindex.measure.evals.answers import answer_eval
+            from ragindex.measure.evals.answer_eval import answer_eval
 
             payload["answers"] = answer_eval(index, collection)
             print(json.dumps(payload["answers"], indent=2))

@@ -19,15 +19,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ragindex.app.embedded import EmbeddedIndex
-from ragindex.app.engine import load_spec, open_lexical
+from ragindex.app import EmbeddedIndex, load_spec, open_lexical
 from ragindex.config import RagIndexSpec
 from ragindex.measure.evals.cli import LEG_MODES, eval_data_dir, resolve_collection
 from ragindex.measure.evals.collections import Collection
 from ragindex.measure.evals.runner import evaluate, ingest_collection
 from ragindex.measure.evals.split import SPLITS, split_queries
 from ragindex.measure.output import write_json
-from ragindex.router.query import QueryEngine
+from ragindex.router import QueryEngine
 
 METRICS = ("ndcg@10", "recall@100")
 ALL_LEGS = ("bm25", "dense", "hybrid")

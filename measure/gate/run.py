@@ -19,10 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from ragindex.app.embedded import EmbeddedIndex
+from ragindex.app import EmbeddedIndex
 from ragindex.config import RagIndexSpec
 from ragindex.errors import InvalidInput
-from ragindex.lexical.documents import BODY_FIELD, TITLE_FIELD
+from ragindex.lexical import BODY_FIELD, TITLE_FIELD
 from ragindex.measure.bench import suite as bs
 from ragindex.measure.evals.cli import (
     eval_data_dir,
@@ -35,9 +35,8 @@ from ragindex.measure.evals.runner import DEFAULT_TENANT
 from ragindex.measure.gate.compare import Tolerances, check_measurement, compare, gate_table
 from ragindex.measure.output import read_json, write_json
 from ragindex.protocols import Vectors
-from ragindex.router.query import QueryEngine
-from ragindex.shards.log_replica import LogShardReplica
-from ragindex.shards.replica_set import ReplicaDenseIndex
+from ragindex.router import QueryEngine
+from ragindex.shards import LogShardReplica, ReplicaDenseIndex
 
 DEFAULT_BASELINE = Path(__file__).parent / "baseline.json"
 GATED_METRICS = ("ndcg@10", "recall@100")
@@ -223,7 +222,7 @@ def stage_floors(index: EmbeddedIndex, vectors: Vectors) -> dict[str, bs.StageFl
 
 
 def _gate_inputs(args: argparse.Namespace) -> tuple[Collection, RagIndexSpec, Path]:
-    from ragindex.app.engine import load_spec
+    from ragindex.app import load_spec
 
     spec = load_spec(getattr(args, "spec", None))
     collection = resolve_collection(getattr(args, "collection", None) or "cranfield")

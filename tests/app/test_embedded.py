@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from ragindex.app.embedded import EmbeddedIndex
+from ragindex.app import EmbeddedIndex
 from ragindex.config import RagIndexSpec
 from ragindex.errors import InvalidInput
-from ragindex.ingest.pipeline import passage_token_limit
+from ragindex.ingest import passage_token_limit
 from ragindex.passages import passage_text
 from ragindex.protocols import Embedder, Vectors
 from ragindex.types import MAX_DOCUMENT_CHARS, Chunk, Document, ModelIdentity

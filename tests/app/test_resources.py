@@ -7,7 +7,7 @@ import sys
 
 import psutil
 
-from ragindex.app.resources import runtime_memory
+from ragindex.app import runtime_memory
 
 # The child sleeps until the test kills it.
 CHILD = "import sys, time\n{imports}\nprint('ready', flush=True)\ntime.sleep(900)\n"

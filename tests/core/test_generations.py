@@ -34,7 +34,7 @@ from ragindex.generations import (
     self_check_sample,
     start_building,
 )
-from ragindex.operator.crd import render_crd
+from ragindex.operator import render_crd
 
 
 def spec(**fields: Any) -> RagIndexSpec:

@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 from ragindex.config import ChunkingSpec
 from ragindex.errors import InvalidInput
 from ragindex.hashing import content_hash
-from ragindex.ingest.chunkers import PARENT_FACTOR, chunk_document, chunk_hash, token_budget
-from ragindex.models.embedder import SentenceTransformerEmbedder
+from ragindex.ingest import chunk_document
+from ragindex.ingest.chunkers import PARENT_FACTOR, chunk_hash, token_budget
+from ragindex.models import SentenceTransformerEmbedder
 from ragindex.types import Document
 
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from ragindex.errors import InvalidInput
+from ragindex.ingest import load_file
 from ragindex.ingest.parsers import (
     document_from_mapping,
-    load_file,
     parse_blocks,
     parse_jsonl,
     parse_markdown,

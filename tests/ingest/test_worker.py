@@ -16,17 +16,10 @@ import pytest
 
 from ragindex.config import ChunkingSpec
 from ragindex.errors import BackendUnavailable
-from ragindex.ingest.pipeline import chunk_for_embedder
-from ragindex.ingest.worker import (
-    IngestWorker,
-    assigned_partitions,
-    owned_partitions,
-    read_all,
-    rebuild_manifest,
-)
-from ragindex.log import FileLog
-from ragindex.log.kafka_log import KafkaLog
-from ragindex.measure.servers.kafka import KafkaServer
+from ragindex.ingest import IngestWorker, assigned_partitions, chunk_for_embedder
+from ragindex.ingest.worker import owned_partitions, read_all, rebuild_manifest
+from ragindex.log import FileLog, KafkaLog
+from ragindex.measure.servers import KafkaServer
 from ragindex.protocols import Embedder, Log
 from ragindex.records import chunk_header, doc_key, encode_document
 from ragindex.topics import INGEST_GROUP, DataPlaneTopics, partition_for_key

@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from ragindex.lexical.tantivy_index import TantivyIndex
-from ragindex.lexical.tenant_indexes import TenantIndexes
+from ragindex.lexical import TantivyIndex, TenantIndexes
 
 EmbeddedBm25 = TantivyIndex | TenantIndexes
 OpenBm25 = Callable[[Path], EmbeddedBm25]

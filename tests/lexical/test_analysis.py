@@ -1,14 +1,14 @@
 """The shared analyzer reproduces Elasticsearch's `standard` analyzer.
 
 Expected token lists below were produced by Elasticsearch 8.19.21 `_analyze` with
-`"analyzer": "standard"`; tests/elasticsearch/test_parity.py re-checks against a live server.
+`"analyzer": "standard"`; tests/lexical/test_parity.py re-checks against a live server.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from ragindex.lexical.analysis import analyze
+from ragindex.lexical import analyze
 
 ES_STANDARD = [
     ("U.S.A. don't 3.14 1,000", ["u.s.a", "don't", "3.14", "1,000"]),

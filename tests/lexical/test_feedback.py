@@ -10,10 +10,9 @@ import pytest
 
 from ragindex.config import Rm3Spec
 from ragindex.errors import BackendUnavailable, InvalidInput
-from ragindex.lexical import FieldBoosts
+from ragindex.lexical import FieldBoosts, TantivyIndex
 from ragindex.lexical.documents import field_clauses, query_terms
 from ragindex.lexical.feedback import pick_feedback, rm3_expand
-from ragindex.lexical.tantivy_index import TantivyIndex
 from ragindex.types import Chunk, ScoredId
 
 MakeChunk = Callable[..., Chunk]

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from ragindex.errors import BackendUnavailable
 from ragindex.protocols import LexicalIndex
-from ragindex.testing.lexical import LexicalIndexContract, random_corpus
+from ragindex.testing import LexicalIndexContract, random_corpus
 from ragindex.types import Chunk
 
 from .layouts import LAYOUTS, EmbeddedBm25, OpenBm25

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from ragindex.errors import BackendUnavailable
-from ragindex.lexical.tantivy_index import TantivyIndex
-from ragindex.lexical.tenant_indexes import MAX_OPEN_WRITERS, TenantIndexes
+from ragindex.lexical import TantivyIndex, TenantIndexes
+from ragindex.lexical.tenant_indexes import MAX_OPEN_WRITERS
 from ragindex.types import Chunk
 
 MakeChunk = Callable[..., Chunk]

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ragindex.lexical import TantivyIndex
-from ragindex.lexical.view import LexicalView
+from ragindex.lexical import LexicalView, TantivyIndex
 from ragindex.log import FileLog
 from ragindex.records import chunk_key, encode_chunk
 from ragindex.types import Chunk

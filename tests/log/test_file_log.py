@@ -18,7 +18,7 @@ from ragindex.errors import BackendUnavailable
 from ragindex.log import FileLog, LogLocked
 from ragindex.log import segments as seg
 from ragindex.protocols import Log
-from ragindex.testing.log import LogContract, read_all
+from ragindex.testing import LogContract, read_all
 
 
 class TestFileLogContract(LogContract):

@@ -12,10 +12,11 @@ import pytest
 
 from ragindex.errors import BackendUnavailable
 from ragindex.log import KafkaLog
-from ragindex.measure.servers.kafka import SASL_USERNAME, KafkaServer
+from ragindex.measure.servers import KafkaServer
+from ragindex.measure.servers.kafka import SASL_USERNAME
 from ragindex.protocols import Log, WriterFenced
 from ragindex.records import decode_document, docs_records
-from ragindex.testing.log import LogContract, read_all
+from ragindex.testing import LogContract, read_all
 from ragindex.types import MAX_DOCUMENT_CHARS, Document
 
 pytestmark = [pytest.mark.kafka]

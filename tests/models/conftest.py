@@ -12,10 +12,7 @@ import pytest
 import torch
 
 from ragindex.config import EmbedderSpec
-from ragindex.models.embedder import (
-    FlagEmbedder,
-    SentenceTransformerEmbedder,
-)
+from ragindex.models import FlagEmbedder, SentenceTransformerEmbedder
 
 torch.set_num_threads(1)
 

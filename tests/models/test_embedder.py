@@ -10,14 +10,14 @@ import pytest
 
 from ragindex.config import EmbedderSpec
 from ragindex.errors import InvalidInput
-from ragindex.models.embedder import (
+from ragindex.models import (
     FlagEmbedder,
     SentenceTransformerEmbedder,
     load_embedder,
     resolve_model_path,
-    weights_hash,
 )
-from ragindex.testing.embedder import TEXTS, EmbedderContract
+from ragindex.models.embedder import weights_hash
+from ragindex.testing import TEXTS, EmbedderContract
 
 
 def test_both_backends_give_the_same_vectors(

@@ -18,9 +18,15 @@ from pydantic import ValidationError
 from ragindex.config import EmbedderSpec, RagIndexSpec
 from ragindex.errors import BackendUnavailable, InvalidInput
 from ragindex.generations import changed_generation_fields
-from ragindex.models.embedder import SentenceTransformerEmbedder, load_embedder, resolve_model_path
-from ragindex.models.onnx_embedder import OnnxEmbedder, TokenCounter, onnx_cache_root
-from ragindex.testing.embedder import TEXTS, EmbedderContract
+from ragindex.models import (
+    OnnxEmbedder,
+    SentenceTransformerEmbedder,
+    TokenCounter,
+    load_embedder,
+    resolve_model_path,
+)
+from ragindex.models.onnx_embedder import onnx_cache_root
+from ragindex.testing import TEXTS, EmbedderContract
 
 FP32_TOLERANCE = 1e-5  # measured: 1.6e-7, the size of torch's own batch-size noise
 

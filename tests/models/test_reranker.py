@@ -9,13 +9,9 @@ import pytest
 
 from ragindex.config import RerankerSpec
 from ragindex.errors import InvalidInput
-from ragindex.models.reranker import (
-    CrossEncoderReranker,
-    FlagRerankerBackend,
-    load_reranker,
-    order_by_score,
-)
-from ragindex.testing.reranker import PASSAGES, QUERY, RerankerContract
+from ragindex.models import CrossEncoderReranker, load_reranker
+from ragindex.models.reranker import FlagRerankerBackend, order_by_score
+from ragindex.testing import PASSAGES, QUERY, RerankerContract
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ragindex.router.applied import ViewReport, every_replica_applied
+from ragindex.router import ViewReport, every_replica_applied
 
 TARGETS = {"Shard0": {0: 5}, "Shard1": {1: 3}, "Lexical": {0: 5, 1: 3}}
 RUNNING = {"Shard0": {"a", "b"}, "Shard1": {"c", "d"}, "Lexical": {"e"}}

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ragindex.router.failover import FailoverPolicy, Fault, Try, next_try
+from ragindex.router import FailoverPolicy, Fault, next_try
+from ragindex.router.failover import Try
 
 POLICY = FailoverPolicy(try_timeout_s=5.0, budget_s=12.0, pause_s=0.2, min_try_s=0.5)
 

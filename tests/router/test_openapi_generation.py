@@ -23,7 +23,7 @@ def _operations() -> list[Any]:
 
 @pytest.mark.parametrize("mode", ["positive", "negative"])
 def test_every_operation_can_be_generated(mode: str) -> None:
-    """The committed document is the app's own (tests/docs holds them equal)."""
+    """The committed document is the app's own (tests/app/test_docs_site.py holds them equal)."""
     failures = []
     for operation in _operations():
         strategy = operation.as_strategy(generation_mode=schemathesis.GenerationMode(mode))

@@ -17,12 +17,13 @@ from typing import Any
 
 import pytest
 
-from ragindex.app.embedded import EmbeddedIndex
+from ragindex.app import EmbeddedIndex
 from ragindex.config import LexicalSpec, RagIndexSpec
 from ragindex.errors import BackendUnavailable, IdentityMismatch
 from ragindex.filters import TermExpr
 from ragindex.protocols import DenseIndex, LexicalIndex, Vectors
-from ragindex.router.query import LEG_STAGES, LEGS_WALL, QueryEngine, engine_ms
+from ragindex.router import QueryEngine, engine_ms
+from ragindex.router.query import LEG_STAGES, LEGS_WALL
 from ragindex.types import Document, ModelIdentity, ScoredId
 
 TENANT = "acme"

@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 
 from ragindex.config import EmbedderSpec
-from ragindex.models.embedder import load_embedder
+from ragindex.models import load_embedder
 from ragindex.protocols import Embedder, Vectors
-from ragindex.router.query_cache import CachedQueryEmbedder, with_query_cache
+from ragindex.router import with_query_cache
+from ragindex.router.query_cache import CachedQueryEmbedder
 
 
 class Counting:

@@ -16,17 +16,16 @@ import pytest
 from ragindex.config import HnswSpec
 from ragindex.log import FileLog
 from ragindex.records import chunk_key, encode_chunk
-from ragindex.shards import log_replica
+from ragindex.shards import LogShardReplica, log_replica
 from ragindex.shards.log_replica import (
     SNAPSHOT_EVERY_RECORDS,
     SNAPSHOT_EVERY_S,
-    LogShardReplica,
     snapshot_due,
     snapshot_spread,
     texts_json,
 )
-from ragindex.testing.dense import IDENTITY as CONTRACT_IDENTITY
-from ragindex.testing.dense import DenseIndexContract, LogFedDense, chunks_log
+from ragindex.testing import IDENTITY as CONTRACT_IDENTITY
+from ragindex.testing import DenseIndexContract, LogFedDense, chunks_log
 from ragindex.types import Chunk, ModelIdentity
 
 IDENTITY = ModelIdentity("test-model", "0" * 64, 8, True)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from ragindex.errors import InvalidInput
-from ragindex.shards.partition import TenantPartition
+from ragindex.shards import TenantPartition
 
 DIM = 16
 

@@ -8,9 +8,8 @@ from pathlib import Path
 import pytest
 
 from ragindex.config import HnswSpec
-from ragindex.shards.log_replica import LogShardReplica
-from ragindex.shards.replica_set import ReplicaDenseIndex
-from ragindex.testing.dense import IDENTITY, DenseIndexContract, LogFedDense, chunks_log
+from ragindex.shards import LogShardReplica, ReplicaDenseIndex
+from ragindex.testing import IDENTITY, DenseIndexContract, LogFedDense, chunks_log
 
 SHARDS = 3
 

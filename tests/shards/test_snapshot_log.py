@@ -13,11 +13,12 @@ import pytest
 
 from ragindex.config import HnswSpec
 from ragindex.log import FileLog, KafkaLog
-from ragindex.measure.servers.kafka import KafkaServer
+from ragindex.measure.servers import KafkaServer
 from ragindex.protocols import Log
 from ragindex.records import chunk_key, encode_chunk
-from ragindex.shards.log_replica import LogShardReplica, publish_due
-from ragindex.shards.snapshot_log import SnapshotTopic, newest_complete, snapshot_records
+from ragindex.shards import LogShardReplica, SnapshotTopic
+from ragindex.shards.log_replica import publish_due
+from ragindex.shards.snapshot_log import newest_complete, snapshot_records
 from ragindex.types import Chunk, LogRecord, ModelIdentity
 
 DIM = 8

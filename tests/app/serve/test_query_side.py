@@ -16,16 +16,15 @@ from typing import Any
 
 import pytest
 
+from ragindex.app import APP_NAME
 from ragindex.app.serve.data_plane import DEFAULT_NAMESPACE, ensure_topics, open_log, replica_dir
 from ragindex.app.serve.query_side import LocalQuerySide, SerializedEmbedder, catching_up
-from ragindex.app.serve_cli import APP_NAME
 from ragindex.config import RagIndexSpec
-from ragindex.ingest.worker import IngestWorker
+from ragindex.ingest import IngestWorker
 from ragindex.protocols import Embedder
 from ragindex.records import doc_key, encode_document
-from ragindex.shards.log_replica import LogShardReplica
-from ragindex.shards.replica_set import ReplicaDenseIndex
-from ragindex.testing.embedder import EmbedderContract
+from ragindex.shards import LogShardReplica, ReplicaDenseIndex
+from ragindex.testing import EmbedderContract
 from ragindex.topics import partition_for_key, plane_topics
 from ragindex.types import Document
 

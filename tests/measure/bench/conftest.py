@@ -10,7 +10,8 @@ import os
 
 import pytest
 
-from ragindex.measure.evals.collections import Collection, CorpusDoc, Query
+from ragindex.measure.evals import Collection
+from ragindex.measure.evals.collections import CorpusDoc, Query
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")

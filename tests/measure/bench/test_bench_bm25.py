@@ -13,23 +13,21 @@ from pathlib import Path
 
 import pytest
 
-from ragindex.app.embedded import EmbeddedIndex
+from ragindex.app import EmbeddedIndex
 from ragindex.config import RagIndexSpec
 from ragindex.errors import InvalidInput
-from ragindex.lexical import TantivyIndex
-from ragindex.lexical.analysis import analyze
-from ragindex.lexical.elasticsearch_index import ElasticsearchIndex
+from ragindex.lexical import ElasticsearchIndex, TantivyIndex, analyze
 from ragindex.measure.bench.bm25 import (
     bm25_table,
     run_bm25_bench,
     time_searches,
     with_synthetic,
 )
-from ragindex.measure.evals.collections import Collection
+from ragindex.measure.evals import Collection
 from ragindex.measure.evals.runner import DEFAULT_TENANT, ingest_collection
-from ragindex.measure.servers.elasticsearch import EsServer
+from ragindex.measure.servers import EsServer
 from ragindex.protocols import Embedder, LexicalIndex
-from ragindex.router.query import QueryEngine
+from ragindex.router import QueryEngine
 
 
 @pytest.fixture

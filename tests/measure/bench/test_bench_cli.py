@@ -12,8 +12,8 @@ from ragindex.config import RagIndexSpec
 from ragindex.errors import InvalidInput
 from ragindex.measure.bench.bm25 import bm25_table
 from ragindex.measure.bench.cli import bench_filtered_command, bm25_bench
-from ragindex.measure.evals.collections import Collection
-from ragindex.measure.servers.elasticsearch import EsServer
+from ragindex.measure.evals import Collection
+from ragindex.measure.servers import EsServer
 
 
 def test_filtered_command_writes_shares_and_what_it_ran_on(

@@ -15,13 +15,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ragindex.app import APP_NAME
 from ragindex.app.serve.data_plane import DEFAULT_NAMESPACE, ensure_topics, open_log
-from ragindex.app.serve_cli import APP_NAME
 from ragindex.config import RagIndexSpec
 from ragindex.errors import InvalidInput
-from ragindex.ingest.worker import IngestWorker
-from ragindex.lexical import TantivyIndex
-from ragindex.lexical.view import LexicalView
+from ragindex.ingest import IngestWorker
+from ragindex.lexical import LexicalView, TantivyIndex
 from ragindex.measure.bench.load import saturation_qps
 from ragindex.measure.bench.peer import (
     ES_ALIAS,
@@ -33,7 +32,7 @@ from ragindex.measure.bench.serve import run_bench_serve
 from ragindex.measure.bench.serve_corpus import unique_queries
 from ragindex.measure.bench.serve_ingest import INGEST_DOCS, ingest_texts, median_round
 from ragindex.measure.bench.serve_probes import HttpSample, server_timing_ms, stage_breakdown
-from ragindex.measure.servers.elasticsearch import EsServer
+from ragindex.measure.servers import EsServer
 from ragindex.measure.stats import missed_goals
 from ragindex.protocols import Embedder
 from ragindex.records import doc_key, encode_document

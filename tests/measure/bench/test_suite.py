@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ragindex.app.embedded import EmbeddedIndex
+from ragindex.app import EmbeddedIndex
 from ragindex.config import DenseSpec, RagIndexSpec
 from ragindex.errors import InvalidInput
 from ragindex.measure import docs

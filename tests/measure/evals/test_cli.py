@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ragindex.app.cli import main
-from ragindex.measure.evals.collections import load_beir
+from ragindex.measure.evals import load_beir
 
 
 def test_convert_then_golden_add_appends_a_judged_query(tmp_path: Path) -> None:

@@ -10,17 +10,14 @@ from typing import Any
 import pytest
 
 from ragindex.errors import InvalidInput
+from ragindex.measure.evals import Collection, load_beir, load_collection, load_cranfield
 from ragindex.measure.evals.collections import (
     DEFAULT_BEIR_DIR,
-    Collection,
     CollectionError,
     CorpusDoc,
     Query,
     cranfield_to_beir,
     export_beir,
-    load_beir,
-    load_collection,
-    load_cranfield,
 )
 
 HEADER = "query-id\tcorpus-id\tscore"

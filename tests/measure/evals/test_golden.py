@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from ragindex.errors import InvalidInput
-from ragindex.measure.evals.collections import CollectionError, Query, load_beir
+from ragindex.measure.evals import load_beir
+from ragindex.measure.evals.collections import CollectionError, Query
 from ragindex.measure.evals.golden import add_judged_query, next_golden_id
 
 WriteBeir = Callable[..., Path]

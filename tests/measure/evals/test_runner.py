@@ -17,13 +17,8 @@ import pytrec_eval
 
 from ragindex.errors import InvalidInput
 from ragindex.lexical import TantivyIndex
-from ragindex.measure.evals.collections import (
-    Collection,
-    CorpusDoc,
-    Query,
-    load_beir,
-    load_cranfield,
-)
+from ragindex.measure.evals import Collection, load_beir, load_cranfield
+from ragindex.measure.evals.collections import CorpusDoc, Query
 from ragindex.measure.evals.runner import collapse_to_documents, evaluate, ingest_collection
 from ragindex.types import Chunk, Document
 

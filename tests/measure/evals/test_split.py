@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from ragindex.errors import InvalidInput
-from ragindex.measure.evals.collections import Collection, load_cranfield
+from ragindex.measure.evals import Collection, load_cranfield
 from ragindex.measure.evals.split import restrict, split_queries
 
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from ragindex.app.loading import cranfield_dir
+from ragindex.app import cranfield_dir
 from ragindex.config import RagIndexSpec
-from ragindex.measure.evals.collections import Collection, load_cranfield
+from ragindex.measure.evals import Collection, load_cranfield
 from ragindex.measure.gate.run import gate_measure
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")

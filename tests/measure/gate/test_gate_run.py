@@ -20,11 +20,11 @@ import pytest
 from ragindex.app.cli import main
 from ragindex.config import RagIndexSpec
 from ragindex.ingest import pipeline
+from ragindex.measure.evals import Collection
 from ragindex.measure.evals import cli as eval_cli
-from ragindex.measure.evals.collections import Collection
 from ragindex.measure.gate import run as gate_run
 from ragindex.measure.gate.compare import compare
-from ragindex.shards.log_replica import LogShardReplica
+from ragindex.shards import LogShardReplica
 
 pytestmark = pytest.mark.slow
 STAGES = {"embed", "dense", "lexical", "fusion", "fetch"}

@@ -1,0 +1,186 @@
+"""The Router deployment: FastAPI ingress, auth, the query path, writes appended through Ingest.
+
+Three executors, so that no kind of request waits behind another (#14): searches on a small
+pool, answers (which may call a slow generator) on their own bounded pool, and the views'
+catch-up (the only writer of this replica's local views) on one thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from pathlib import Path
+from typing import Any
+
+from ray.serve.handle import DeploymentHandle
+
+from ragindex.app.index_opening import auth_dir
+from ragindex.app.serve.data_plane import open_log, replica_dir, replica_rank
+from ragindex.app.serve.generation_report import ReportCut, generation_report
+from ragindex.app.serve.pools import RemoteEmbedder
+from ragindex.app.serve.query_side import ClusterQuerySide, LocalQuerySide, QuerySide
+from ragindex.app.serve.threads import ReplicaThread, refresh_forever, release_free_heap
+from ragindex.config import RagIndexSpec
+from ragindex.errors import BackendUnavailable
+from ragindex.generations import index_generation
+from ragindex.protocols import Log
+from ragindex.router import Access, Answer, SearchResult, TokenVerifier, create_app
+from ragindex.serve_config import ROUTER, Runtime
+from ragindex.topics import plane_topics
+from ragindex.types import Document
+
+SEARCH_THREADS = 4
+ANSWER_THREADS = 2
+WAIT_POLL_S = 0.02
+WAIT_SLICE_S = 0.5  # the longest one applied_targets call holds a request slot of Ingest
+
+
+class Router:
+    """FastAPI ingress: auth, limits, the query path, and writes forwarded to Ingest."""
+
+    async def __init__(  # type: ignore[misc]  # Serve awaits async constructors
+        self,
+        spec: dict[str, Any],
+        data_dir: str,
+        name: str,
+        namespace: str,
+        runtime: Runtime,
+        ingest: DeploymentHandle,
+        embedder: DeploymentHandle | None = None,
+        shards: list[DeploymentHandle] | None = None,
+        lexical: DeploymentHandle | None = None,
+        reranker: DeploymentHandle | None = None,
+    ) -> None:
+        self.spec = RagIndexSpec.model_validate(spec)
+        self.data_dir = Path(data_dir)
+        self.verifier = TokenVerifier(auth_dir(self.data_dir))
+        self.ingest = ingest
+        self.topics = plane_topics(self.spec, name, namespace)
+        self.report_log: Log | None = None
+        self.report_cut = ReportCut()  # where the build report stands, held between reports
+        self.views = ReplicaThread("router-views")
+        self.searches = ReplicaThread("router-search", SEARCH_THREADS)
+        self.answers = ReplicaThread("router-answer", ANSWER_THREADS)
+        self.side: QuerySide
+        if runtime == "local":
+            directory = replica_dir(self.data_dir, self.spec, ROUTER, replica_rank())
+            self.side = LocalQuerySide(  # one replica publishes shard snapshots to the log
+                self.spec, self.data_dir, name, namespace, directory, publish=replica_rank() == 0
+            )
+        else:
+            assert embedder is not None and shards is not None and lexical is not None
+            identity, max_seq = await embedder.describe.remote()
+            remote = RemoteEmbedder(embedder, identity, max_seq)
+            self.side = ClusterQuerySide(self.spec, remote, shards, lexical, reranker)
+        await self.views.run(self.side.load_models)
+        self._refresher = asyncio.get_running_loop().create_task(
+            refresh_forever(self.views, self.side.refresh, "refresh failed")
+        )
+        self._heap_trimmed = False
+
+    def __serve_build_asgi_app__(self) -> Any:
+        return create_app(self, self.verifier, limits=self.spec.limits)
+
+    # Backend protocol for router.http
+
+    async def search(
+        self,
+        tenant_id: str,
+        query: str,
+        k: int | None,
+        mode: str,
+        rerank: bool | None,
+        access: Access | None = None,
+    ) -> SearchResult:
+        return await self.searches.run(self.side.search, tenant_id, query, k, mode, rerank, access)
+
+    async def upsert(
+        self, tenant_id: str, documents: list[Document], wait_s: float | None
+    ) -> dict[str, Any]:
+        accepted: list[dict[str, Any]] = await self.ingest.append.remote(tenant_id, documents)
+        return {"accepted": accepted, "applied": await self._wait(accepted, wait_s)}
+
+    async def delete(
+        self, tenant_id: str, source: str, doc_id: str, wait_s: float | None
+    ) -> dict[str, Any]:
+        accepted: dict[str, Any] = await self.ingest.delete.remote(tenant_id, source, doc_id)
+        return {"accepted": [accepted], "applied": await self._wait([accepted], wait_s)}
+
+    async def _wait(self, accepted: list[dict[str, Any]], wait_s: float | None) -> bool | None:
+        """Read-your-writes: until the workers committed these `docs` offsets, then until every
+        view applied the chunk offsets Ingest names for them (local: this replica's own;
+        cluster: every running replica of every shard and of the BM25 view); False at the
+        timeout."""
+        if wait_s is None:
+            return None
+        deadline = time.monotonic() + wait_s
+        needed: dict[int, int] = {}
+        for a in accepted:
+            needed[a["partition"]] = max(needed.get(a["partition"], 0), a["offset"] + 1)
+        # Ingest answers as soon as its worker commits them; in slices, so that a waiting
+        # writer never holds one of Ingest's few request slots (appends need them) for long.
+        while (ends := await self.ingest.applied_targets.remote(needed, WAIT_SLICE_S)) is None:
+            if time.monotonic() > deadline:
+                return False
+        while True:
+            if await self.views.run(self.side.applied, ends):
+                return True
+            if time.monotonic() > deadline:
+                return False
+            await asyncio.sleep(WAIT_POLL_S)
+
+    async def answer(
+        self, tenant_id: str, question: str, k: int, access: Access | None = None
+    ) -> Answer:
+        return await self.answers.run(self.side.answer, tenant_id, question, k, access)
+
+    async def stats(self, tenant_id: str) -> dict[str, Any]:
+        return await self.searches.run(self.side.stats, tenant_id)
+
+    async def ready(self) -> tuple[bool, str]:
+        """Ready once the views caught up with the log (503 saying what is behind until then;
+        never queued behind the catch-up itself); `degraded` (still ready) if writes cannot
+        land."""
+        ok, why = self.side.readiness()
+        if not ok:
+            return False, why
+        if not self._heap_trimmed:  # the views replayed the log: give back what that freed
+            await self.views.run(release_free_heap)  # (#16: glibc keeps it mapped otherwise)
+            self._heap_trimmed = True
+        try:
+            writable = await asyncio.wait_for(self.ingest.writable.remote(), timeout=2.0)
+        except Exception as err:
+            return True, f"degraded: ingest is not answering ({type(err).__name__})"
+        return (True, "ok") if writable == "ok" else (True, f"degraded: {writable}")
+
+    async def generation_report(self) -> dict[str, Any]:
+        """This generation's build report (app/serve/generation_report.py), made on the views
+        thread: it owns the local runtime's views."""
+        return await self.views.run(self._generation_report)
+
+    def _generation_report(self) -> dict[str, Any]:
+        if self.report_log is None:
+            self.report_log = open_log(self.data_dir)
+        if not self.side.try_open():
+            raise BackendUnavailable("the views are not open yet: no generation report")
+
+        report, self.report_cut = generation_report(
+            self.report_log,
+            self.topics,
+            index_generation(self.spec),
+            self.side,
+            self.spec.generations.self_check_sample,
+            self.side.applied,  # every view caught up (cluster: every running replica)
+            self.report_cut,
+        )
+        return report.to_json()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self._refresher.cancel()
+            self.views.call(self.side.close)
+            if self.report_log is not None:
+                self.report_log.close()
+            for pool in (self.views, self.searches, self.answers):
+                pool.close()
