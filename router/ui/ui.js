@@ -8,6 +8,7 @@ const LEG_STAGES = ["embed", "dense", "rocchio", "lexical"]; // overlapped in a 
 const LEGS_WALL = "legs_wall";
 
 const $ = (id) => document.getElementById(id);
+const ms = (value) => `${value.toFixed(value < 1 ? 2 : 1)} ms`;
 
 function el(tag, props = {}, ...children) {
   const node = document.createElement(tag);
@@ -251,24 +252,22 @@ function renderTimings(timings) {
   const legend = $("timings-legend");
   bar.replaceChildren();
   legend.replaceChildren();
-  stages.forEach(([stage, ms], i) => {
+  stages.forEach(([stage, took], i) => {
     const segment = el("div", {
       className: `segment c${i % 8}`,
-      title: `${stage}: ${ms.toFixed(1)} ms`,
-      dataset: { stage, ms: String(ms) },
+      title: `${stage}: ${ms(took)}`,
+      dataset: { stage, ms: String(took) },
     });
-    segment.style.width = `${(100 * ms) / sum}%`; // CSSOM, which the page's CSP allows
+    segment.style.width = `${(100 * took) / sum}%`; // CSSOM, which the page's CSP allows
     bar.append(segment);
-    legend.append(
-      el("li", {}, el("span", { className: `swatch c${i % 8}` }), `${stage} ${ms.toFixed(1)} ms`),
-    );
+    const swatch = el("span", { className: `swatch c${i % 8}` });
+    legend.append(el("li", {}, swatch, `${stage} ${ms(took)}`));
   });
-  let total = `${sum.toFixed(1)} ms`;
+  let total = ms(sum);
   if (LEGS_WALL in timings) {
-    const engine =
-      timings[LEGS_WALL] +
-      stages.filter(([s]) => !LEG_STAGES.includes(s)).reduce((t, [, ms]) => t + ms, 0);
-    total = `${engine.toFixed(1)} ms (legs side by side: ${timings[LEGS_WALL].toFixed(1)} ms)`;
+    const others = stages.filter(([s]) => !LEG_STAGES.includes(s));
+    const engine = timings[LEGS_WALL] + others.reduce((t, [, took]) => t + took, 0);
+    total = `${ms(engine)} (the legs side by side: ${ms(timings[LEGS_WALL])})`;
   }
   $("timings-total").textContent = total;
   $("timings-panel").hidden = false;
