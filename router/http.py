@@ -61,6 +61,7 @@ from ragindex.router.problems import (
     unwrapped,
 )
 from ragindex.router.query import Access, SearchResult
+from ragindex.router.ui_page import add_ui
 from ragindex.types import (
     ID_PART_PATTERN,
     Document,
@@ -439,6 +440,7 @@ def create_app(
         """Prometheus text exposition of this replica's metrics."""
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
+    add_ui(app)  # the search page: no data of its own, every call it makes carries the token
     app.add_middleware(Metrics, requests=requests, latency=latency)
     app.add_middleware(BodyLimit, limit=max_body_bytes)
     return app

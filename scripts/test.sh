@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The whole test run, from a fresh machine: install, fetch/build the real servers the tests start
-# (Elasticsearch, Kafka, kube-apiserver + etcd + controller-manager, helm, kubectl, and for the pods
-# e2e a real node: kubelet, containerd, KubeRay, our images), static checks, pytest, the pods e2e
+# (Elasticsearch, Kafka, kube-apiserver + etcd + controller-manager, helm, kubectl, Debian's
+# Chromium and chromedriver for the search page's browser test, and for the pods e2e a real node:
+# kubelet, containerd, KubeRay, our images), static checks, pytest, the pods e2e
 # (`-m pods`: helm install, kubectl apply, RayService on real pods), then the benchmarks' goals on
 # small inputs (scripts/bench_check.sh) and the release gate (Cranfield quality and latency ratios
-# against measure/gate/baseline.json). Needs root (containerd, kubelet, iptables).
+# against measure/gate/baseline.json). Needs root (containerd, kubelet, iptables, apt).
 # Everything slow is cached under ${RAGINDEX_CACHE:-~/.cache/ragindex}.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,6 +14,7 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 RAY_USAGE_STATS_ENABLED=0 RAY_AUT
 # Here every test runs against real servers and the shared data: a skip is a failure.
 export RAGINDEX_STRICT_SKIPS=1
 scripts/setup.sh
+scripts/setup_browser.sh
 scripts/fetch_elasticsearch.sh
 scripts/fetch_kafka.sh
 scripts/setup_pods.sh

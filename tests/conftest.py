@@ -55,6 +55,13 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         report.longrepr = f"skipped with RAGINDEX_STRICT_SKIPS=1, which fails: {reason}"
 
 
+@pytest.fixture
+def anyio_backend() -> str:
+    """Async tests run on asyncio, as the app does (uvicorn, Ray Serve): anyio's plugin would
+    also run each on trio, which selenium brings along."""
+    return "asyncio"
+
+
 @pytest.fixture(scope="session")
 def es_server() -> Iterator[EsServer]:
     """A real Elasticsearch on loopback, started once per session by the tests that ask."""
