@@ -23,17 +23,13 @@
   commit marker, which is never delivered), not only from the partition-EOF event, which
   comes with the next, empty, fetch: the broker holds that one `fetch.wait.max.ms` (100 ms),
   and every view's catch-up and every ingest batch would wait that long.
-- Topics are created through the AdminClient; compacted ones with `cleanup.policy=compact`,
-  the others keep every record (`retention.ms=-1`) until `truncate` deletes records before an
-  offset. A broker that does not answer within `timeout_s` gives `BackendUnavailable`.
-- Records up to `MAX_RECORD_BYTES` (ragindex.topics: the API's limit on a document) are taken:
-  the producer's `message.max.bytes` and every topic's `max.message.bytes` are
-  `MAX_MESSAGE_BYTES` (`ensure_topic` raises it on a topic made with less, e.g. Kafka's 1 MB
-  default); a record the broker still refuses as too large is `TooLarge`, never retried.
-- The brokers' `offsets.retention.minutes` is checked at the first `claim`: the ingest groups
-  commit offsets in transactions and never join, so the broker drops them that long after their
-  last commit; below MIN_OFFSETS_RETENTION_MINUTES the log warns (an idle spell that long makes
-  the next worker restart re-read `docs` from the start).
+- Topics are made and deleted through the AdminClient (`kafka_admin`, which also checks the
+  brokers' `offsets.retention.minutes` at the first `claim`); compacted ones with
+  `cleanup.policy=compact`, the others keep every record (`retention.ms=-1`) until `truncate`.
+  A broker that does not answer within `timeout_s` gives `BackendUnavailable`.
+- Records up to `MAX_RECORD_BYTES` (the API's limit on a document) are taken: the producer's
+  `message.max.bytes` and every topic's `max.message.bytes` are `MAX_MESSAGE_BYTES` (raised on
+  a topic made with less); one the broker still refuses is `TooLarge`, never retried.
 """
 
 from __future__ import annotations
@@ -58,8 +54,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from ragindex.errors import BackendUnavailable, InvalidInput, OffsetOutOfRange, TooLarge
 from ragindex.log.kafka_admin import (
-    broker_config_min,
-    has_leaders,
+    create_topic,
+    delete_topic,
+    offsets_retention_warning,
     partition_count,
     set_topic_config,
     topic_config,
@@ -78,7 +75,7 @@ from ragindex.log.kafka_calls import (
 )
 from ragindex.log.validation import check_consumed, check_records, check_topic_name
 from ragindex.protocols import WriterFenced
-from ragindex.topics import MAX_MESSAGE_BYTES, MAX_RECORD_BYTES, MIN_OFFSETS_RETENTION_MINUTES
+from ragindex.topics import MAX_MESSAGE_BYTES, MAX_RECORD_BYTES
 from ragindex.types import LogRecord
 
 log = logging.getLogger("ragindex.log")
@@ -117,14 +114,12 @@ class KafkaLog:
             "error_cb": self._remember_error,
         }
         if username is not None:
-            self._common.update(
-                {
-                    "security.protocol": security_protocol or "SASL_SSL",
-                    "sasl.mechanism": sasl_mechanism,
-                    "sasl.username": username,
-                    "sasl.password": password,
-                }
-            )
+            self._common |= {
+                "security.protocol": security_protocol or "SASL_SSL",
+                "sasl.mechanism": sasl_mechanism,
+                "sasl.username": username,
+                "sasl.password": password,
+            }
         elif security_protocol:
             self._common["security.protocol"] = security_protocol
         self._admin = AdminClient(dict(self._common))
@@ -138,14 +133,8 @@ class KafkaLog:
         self._partition_counts: dict[str, int] = {}
         self._append_id = f"ragindex.append.{uuid.uuid4().hex}"
         self._retention_checked = False
-        self._offsets = Consumer(
-            {
-                **self._common,
-                "group.id": READER_GROUP,
-                "enable.auto.commit": False,
-                "isolation.level": "read_committed",
-            }
-        )
+        reader = {"group.id": READER_GROUP, "enable.auto.commit": False}
+        self._offsets = Consumer({**self._common, **reader, "isolation.level": "read_committed"})
 
     # -- clients ------------------------------------------------------------------------------
 
@@ -245,19 +234,12 @@ class KafkaLog:
                 topic, partitions, self.replication_factor, config={**config, **self.topic_config}
             )
             try:
-                self._admin.create_topics([new], request_timeout=self.timeout_s)[topic].result()
+                create_topic(self._admin, new, self.timeout_s)
             except KafkaException as e:
-                error = error_of(e)
-                if error is None or error.code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                    raise self._unavailable(f"create topic {topic}", e) from e
-            deadline = time.monotonic() + self.timeout_s
-            while (
-                not has_leaders(self._admin, topic, self.timeout_s) and time.monotonic() < deadline
-            ):
-                time.sleep(0.05)
+                raise self._unavailable(f"create topic {topic}", e) from e
+            except TimeoutError as e:
+                raise self._unavailable(f"see leaders for the new topic {topic}", e) from e
             existing = self._describe(topic)
-            if existing is None or not has_leaders(self._admin, topic, self.timeout_s):
-                raise self._unavailable(f"see leaders for the new topic {topic}", TimeoutError())
         try:
             config = topic_config(self._admin, topic, self.timeout_s)
         except KafkaException as e:
@@ -279,21 +261,15 @@ class KafkaLog:
     def delete_topic(self, topic: str) -> None:
         if self._describe(topic) is None:
             return
-        try:
-            self._admin.delete_topics([topic], operation_timeout=self.timeout_s)[topic].result()
-        except KafkaException as e:
-            error = error_of(e)
-            if error is None or error.code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
-                raise self._unavailable(f"delete topic {topic}", e) from e
-        self._partition_counts.pop(topic, None)
         with self._mutex:
             for key in [k for k in self._readers if k[0] == topic]:
                 self._readers.pop(key).consumer.close()
-        deadline = time.monotonic() + self.timeout_s
-        while self._describe(topic) is not None:  # deletion spreads through metadata
-            if time.monotonic() > deadline:
-                raise self._unavailable(f"see topic {topic} deleted", TimeoutError())
-            time.sleep(0.05)
+        try:
+            delete_topic(self._admin, topic, self.timeout_s)
+        except KafkaException as e:
+            raise self._unavailable(f"delete topic {topic}", e) from e
+        except TimeoutError as e:
+            raise self._unavailable(f"see topic {topic} deleted", e) from e
         self._partition_counts.pop(topic, None)
 
     def partitions(self, topic: str) -> int:
@@ -340,28 +316,17 @@ class KafkaLog:
         return self.committed(group, topic, partition)
 
     def _check_offsets_retention(self) -> None:
-        """Warn, once per log, when the brokers keep committed offsets shorter than
-        MIN_OFFSETS_RETENTION_MINUTES (a broker that does not say is not warned about)."""
+        """Warn, once per log, when the brokers keep committed offsets too short a time."""
         if self._retention_checked:
             return
         try:
-            minutes = broker_config_min(self._admin, "offsets.retention.minutes", self.timeout_s)
+            warning = offsets_retention_warning(self._admin, self.timeout_s)
         except (KafkaException, ValueError) as e:
             log.warning("could not read the brokers' offsets.retention.minutes: %s", e)
             return
         self._retention_checked = True
-        if minutes is not None and minutes < MIN_OFFSETS_RETENTION_MINUTES:
-            log.warning(
-                "Kafka (%s) keeps committed offsets only offsets.retention.minutes=%d: the"
-                " ingest groups commit in transactions and never join, so after %d idle"
-                " minutes their offsets expire and the next worker restart will re-read docs"
-                " from the start; set offsets.retention.minutes >= %d on the brokers (the"
-                " operator's managed log sets it)",
-                self._common["bootstrap.servers"],
-                minutes,
-                minutes,
-                MIN_OFFSETS_RETENTION_MINUTES,
-            )
+        if warning is not None:
+            log.warning("Kafka (%s) %s", self._common["bootstrap.servers"], warning)
 
     def _transact(
         self,
