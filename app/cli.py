@@ -99,7 +99,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     if args.url is not None:
         return _ingest_over_http(args, documents)
     from ragindex.app.embedded import ingest_through_log
-    from ragindex.app.generations import serving_spec
+    from ragindex.app.generation_record import serving_spec
     from ragindex.models import load_embedder
 
     args.tenant = args.tenant or "default"
@@ -144,7 +144,7 @@ def _ingest_over_http(args: argparse.Namespace, documents: list[Document]) -> in
 
 def cmd_search(args: argparse.Namespace) -> int:
     from ragindex.app.embedded import CLI_REPLICA
-    from ragindex.app.generations import serving_spec
+    from ragindex.app.generation_record import serving_spec
     from ragindex.app.serve.data_plane import DEFAULT_NAMESPACE, replica_dir
     from ragindex.app.serve.query_side import LocalQuerySide
     from ragindex.app.serve_cli import APP_NAME

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ragindex.app.generations import read_record, write_record
+from ragindex.app.generation_record import read_record, write_record
 from ragindex.app.index_opening import elasticsearch_auth
 from ragindex.app.serve.data_plane import (
     DEFAULT_NAMESPACE,

@@ -155,7 +155,7 @@ def app_args(
 
 
 def _load_spec(args: argparse.Namespace) -> Any:
-    from ragindex.app.generations import ensure_record, serving_spec
+    from ragindex.app.generation_record import ensure_record, serving_spec
 
     spec = serving_spec(Path(args.data_dir), getattr(args, "spec", None))
     ensure_record(Path(args.data_dir), spec)

@@ -18,7 +18,7 @@ import pytest
 from ragindex.app import APP_NAME, Reindex
 from ragindex.app.cli import main
 from ragindex.app.embedded import ingest_through_log
-from ragindex.app.generations import read_record, serving_spec
+from ragindex.app.generation_record import read_record, serving_spec
 from ragindex.app.reindex import retire_expired
 from ragindex.app.serve.data_plane import DEFAULT_NAMESPACE, replica_dir
 from ragindex.app.serve.generation_report import (

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ragindex.app.generations import write_record
+from ragindex.app.generation_record import write_record
 from ragindex.app.reindex import retire_expired
 from ragindex.app.serve.data_plane import (
     DEFAULT_NAMESPACE,
