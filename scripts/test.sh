@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
 # The whole test run, from a fresh machine: install, fetch/build the real servers the tests start
 # (Elasticsearch, Kafka, kube-apiserver + etcd + controller-manager, helm, kubectl, Debian's
-# Chromium and chromedriver for the search page's browser test, and for the pods e2e a real node:
-# kubelet, containerd, KubeRay, our images), static checks, pytest, the pods e2e
-# (`-m pods`: helm install, kubectl apply, RayService on real pods), then the benchmarks' goals on
-# small inputs (scripts/bench_check.sh) and the release gate (Cranfield quality and latency ratios
-# against measure/gate/baseline.json). Needs root (containerd, kubelet, iptables, apt).
+# Chromium and chromedriver for the search page's browser test), static checks, pytest, then the
+# benchmarks' goals on small inputs (scripts/bench_check.sh) and the release gate (Cranfield
+# quality and latency ratios against measure/gate/baseline.json). Needs root (apt). The pods e2e
+# is apart: `scripts/setup_pods.sh && .venv/bin/pytest -m pods -rP tests/operator/test_pods_e2e.py`.
 # Everything slow is cached under ${RAGINDEX_CACHE:-~/.cache/ragindex}.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,9 +16,8 @@ scripts/setup.sh
 scripts/setup_browser.sh
 scripts/fetch_elasticsearch.sh
 scripts/fetch_kafka.sh
-scripts/setup_pods.sh
+scripts/build_k8s.sh
 scripts/lint.sh
 .venv/bin/pytest "$@"
-.venv/bin/pytest -m pods -rP tests/operator/test_pods_e2e.py  # -rP: its figures in the log
 scripts/bench_check.sh
 .venv/bin/ragindex gate
