@@ -17,8 +17,9 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ragindex.cli_output import add_json_option, emit_json
 from ragindex.errors import BackendUnavailable, InvalidInput, RagIndexError
+from ragindex.router.cli_output import add_json_option, emit_json
+from ragindex.router.problems import unwrapped
 
 if TYPE_CHECKING:
     from ragindex.router import SearchResult
@@ -48,9 +49,7 @@ def exit_code(err: BaseException) -> int:
     from ragindex.generations import PromotionRefused
     from ragindex.lexical.elasticsearch_index import BulkWriteError
 
-    cause = getattr(err, "cause", None)  # an error that stopped a run part way
-    if isinstance(cause, RagIndexError):
-        return exit_code(cause)
+    err = unwrapped(err)  # an error that stopped a run part way carries its cause
     if isinstance(err, KeyboardInterrupt):
         return 130
     if isinstance(err, PromotionRefused):

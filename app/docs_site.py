@@ -483,8 +483,8 @@ def _help(parser: argparse.ArgumentParser) -> str:
 def cli_reference() -> str:
     """docs/reference/cli.md: the exit statuses, the --json convention, and every command's
     help as `ragindex ... --help` prints it."""
-    from ragindex import cli_output
     from ragindex.app.cli import EXIT_CODES, build_parser
+    from ragindex.router import cli_output
 
     parser = build_parser()
     lines = [

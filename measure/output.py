@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ragindex.cli_output import emit_json
 from ragindex.errors import InvalidInput
+from ragindex.router.cli_output import emit_json
 
 
 def write_json(path: Path, payload: Mapping[str, Any]) -> None:

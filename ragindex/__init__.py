@@ -1,6 +1,6 @@
 """ragindex core: shared types, the config schema, ids and hashes, fusion and the Serve renderer.
 
-Everything in this package but `cli_output` is pure (no network, no clock, no global state),
+Everything in this package is pure (no network, no clock, no global state),
 so it can be imported by the operator image (no torch, no FAISS) and tested without servers.
 Its modules
 are imported by name; this package exports nothing itself, so `import ragindex` costs nothing:
@@ -11,9 +11,7 @@ are imported by name; this package exports nothing itself, so `import ragindex` 
   log's topics and their keys and values; `generations`: index generations;
 - `hashing`, `fusion`, `filters`, `feedback`, `passages`: chunk ids and shard assignment, RRF,
   ACLs and filters, Rocchio feedback, what is embedded for a chunk;
-- `faces`: how each part's `__init__` offers its names without importing its modules;
-- `cli_output`: the `--json` convention every command line shares; the one module here that
-  writes (files, with the standard library only), so the standard-library token tool can use it.
+- `faces`: how each part's `__init__` offers its names without importing its modules.
 
 The parts live beside it as `ragindex.<part>` (ingest, shards, lexical, models, log, router,
 operator, app, measure, testing, netutil); the layers between them are the import-linter

@@ -24,7 +24,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
 
-from ragindex.cli_output import add_json_option, emit_json
 from ragindex.errors import RagIndexError
 from ragindex.router.auth import (
     IssuedToken,
@@ -38,6 +37,7 @@ from ragindex.router.auth import (
     revoke_token,
     rfc3339,
 )
+from ragindex.router.cli_output import add_json_option, emit_json
 
 STDIO = "-"
 PROPAGATION_NOTE = (

@@ -98,7 +98,7 @@ def test_every_error_kind_has_its_status(err: BaseException, code: int) -> None:
 
 def test_render_json_convention(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     """`--json FILE` writes the file whole; a bare `--json` (or `-`) is standard output."""
-    from ragindex.cli_output import emit_json
+    from ragindex.router.cli_output import emit_json
 
     emit_json(tmp_path / "out" / "r.json", {"a": 1})
     assert json.loads((tmp_path / "out" / "r.json").read_text()) == {"a": 1}
