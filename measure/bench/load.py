@@ -145,5 +145,5 @@ def timed_phase(name: str, into: dict[str, float]) -> Iterator[None]:
     try:
         yield
     finally:
-        into[name] = round(time.perf_counter() - start, 1)
+        into[name] = round(time.perf_counter() - start, 3)
         print(f"bench: {name} {into[name]}", file=sys.stderr, flush=True)

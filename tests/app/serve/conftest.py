@@ -75,9 +75,11 @@ def local_app(data_dir: Path, spec: RagIndexSpec) -> Iterator[ServedApp]:
 
 
 CLUSTER_APP = "ragindex-cluster"
-# Query-path autoscaling that reacts in seconds, so a test can watch replicas come and go.
+# Query-path autoscaling that reacts in seconds, so a test can watch replicas come and go; tenant
+# limits far above what a closed loop of eight clients sends, so admission never answers 429.
 CLUSTER_SPEC = {
     "dense": {"shards": 2},
+    "limits": {"maxConcurrent": 64, "requestsPerS": 100000, "burst": 100000},
     "scaling": {
         "query": {
             "minReplicas": 1,
