@@ -38,6 +38,7 @@ SERVING = "Serving"
 RETAINED = "Retained"
 FAILED = "Failed"
 PHASES = (BACKFILLING, VERIFYING, SERVING, RETAINED, FAILED)
+WAITING_SHOWN = 3  # view replicas named in a Verifying reason; the report has them all
 
 ActionKind = Literal["wait", "promote", "refuse", "hold"]
 
@@ -77,6 +78,17 @@ def _entry(
     if "checks" not in fields and phase not in (SERVING, RETAINED):
         out.pop("checks", None)  # the checks of an earlier build say nothing about this one
     return out
+
+
+def _progress_reason(report: BuildReport) -> str:
+    """Where a build stands, and while it verifies, the first view replicas it waits on."""
+    reason = f"{report.consumed} of {report.end} docs records consumed"
+    if report.waiting_on:
+        shown = list(report.waiting_on[:WAITING_SHOWN])
+        if len(report.waiting_on) > WAITING_SHOWN:
+            shown.append(f"{len(report.waiting_on) - WAITING_SHOWN} more")
+        reason += f", waiting on {'; '.join(shown)}"
+    return reason
 
 
 def _checks(report: BuildReport) -> list[dict[str, Any]]:
@@ -129,7 +141,7 @@ def decide_promotion(status: Mapping[str, Any] | None, observed: Observed) -> Ac
             phase,
             now,
             progress=f"{report.progress}%",
-            reason=f"{report.consumed} of {report.end} docs records consumed",
+            reason=_progress_reason(report),
         )
     elif report.failed:
         failed = report.failed

@@ -155,12 +155,15 @@ class BuildReport:
     `checks`: each of CHECKS -> "" when passed or why it failed, without tenant names or
     document keys (anyone who reaches the Serve port may read it); None while the backfill
     has not reached the end of `docs` (the checks have not run yet).
+    `waiting_on`: while the checks wait for the views to apply the backfill, which view
+    replicas they wait on and where each stands (views, replica ids and offsets only).
     """
 
     generation: str
     consumed: int
     end: int
     checks: Mapping[str, str] | None = None
+    waiting_on: tuple[str, ...] = ()
 
     @property
     def progress(self) -> int:
@@ -179,6 +182,7 @@ class BuildReport:
             "consumed": self.consumed,
             "end": self.end,
             "checks": None if self.checks is None else dict(self.checks),
+            "waiting_on": list(self.waiting_on),
         }
 
     @classmethod
@@ -191,6 +195,7 @@ class BuildReport:
                 consumed=int(data["consumed"]),
                 end=int(data["end"]),
                 checks=None if checks is None else {str(k): str(v) for k, v in checks.items()},
+                waiting_on=tuple(str(w) for w in data.get("waiting_on") or ()),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise InvalidInput(f"malformed generation report {data!r}: {e}") from e

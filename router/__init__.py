@@ -13,7 +13,7 @@ it is `ragindex.app.serve.router_deployment`).
   token tool is `python -m ragindex.router.token_tool`);
 - `FailoverPolicy`, `Fault`, `next_try`: when a call fails over (the pure policy; the Ray handle
   calls that follow it are `ragindex.app.serve.handle_failover`);
-- `every_replica_applied`, `ViewReport`: whether every replica has applied a write.
+- `views_behind`, `ViewReport`: which view replicas have not applied a write yet (none: applied).
 """
 
 from typing import TYPE_CHECKING
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from ragindex.faces import lazy_face
 
 if TYPE_CHECKING:
-    from ragindex.router.applied import ViewReport, every_replica_applied
+    from ragindex.router.applied import ViewReport, views_behind
     from ragindex.router.auth import Grant, TokenVerifier, create_token, tokens_path
     from ragindex.router.context import assemble_context
     from ragindex.router.failover import FailoverPolicy, Fault, next_try
@@ -70,10 +70,10 @@ __all__ = [
     "create_app",
     "create_token",
     "engine_ms",
-    "every_replica_applied",
     "make_generator",
     "next_try",
     "tokens_path",
+    "views_behind",
     "with_query_cache",
 ]
 
@@ -81,7 +81,7 @@ if not TYPE_CHECKING:
     __getattr__, __dir__ = lazy_face(
         __name__,
         {
-            "applied": ["ViewReport", "every_replica_applied"],
+            "applied": ["ViewReport", "views_behind"],
             "auth": ["Grant", "TokenVerifier", "create_token", "tokens_path"],
             "context": ["assemble_context"],
             "failover": ["FailoverPolicy", "Fault", "next_try"],

@@ -183,6 +183,11 @@ class GenerationReport(BaseModel):
         description="caught-up, chunk-counts, self-check: '' passed, else why it failed;"
         " null until the backfill reached the end of docs and the views applied it."
     )
+    waiting_on: list[str] = Field(
+        default_factory=list,
+        description="While the checks wait for the views to apply the backfill: each view"
+        " replica still behind and where it stands (views, replica ids and offsets only).",
+    )
 
 
 class Problem(BaseModel):

@@ -24,23 +24,43 @@ class ViewReport:
     age_s: float  # how long ago the registry received it
 
 
-def every_replica_applied(
+def views_behind(
     reports: Sequence[ViewReport],
     running: Mapping[str, Set[str]],
     targets: Mapping[str, Mapping[int, int]],
     stale_s: float,
-) -> bool:
-    """Whether, for every view in `targets` (view -> partition -> offset to reach), every
-    replica id in `running[view]`, and at least one replica, reported recently having applied
-    every one of its target offsets."""
+) -> list[str]:
+    """What keeps a write from being applied everywhere, one line per view replica (empty: it
+    is): for every view in `targets` (view -> partition -> offset to reach), every replica id in
+    `running[view]`, and at least one replica, must have reported recently having applied every
+    one of its target offsets. The lines name views, replica ids and offsets only."""
+    behind: list[str] = []
     for view, wanted in targets.items():
+        latest: dict[str, ViewReport] = {}
+        for r in reports:
+            if r.view == view and (r.replica not in latest or r.age_s < latest[r.replica].age_s):
+                latest[r.replica] = r
         caught_up = {
-            r.replica
-            for r in reports
-            if r.view == view
-            and r.age_s <= stale_s
-            and all(r.offsets.get(p, 0) >= offset for p, offset in wanted.items())
+            replica
+            for replica, r in latest.items()
+            if r.age_s <= stale_s and all(r.offsets.get(p, 0) >= o for p, o in wanted.items())
         }
-        if not caught_up or not running.get(view, set()) <= caught_up:
-            return False
-    return True
+        expected = set(running.get(view, set()))
+        if not expected and not caught_up:
+            behind.append(f"{view}: no replica reported")
+        for replica in sorted(expected - caught_up):
+            r = latest.get(replica)
+            if r is None:
+                behind.append(f"{view} replica {replica}: no report yet")
+            elif r.age_s > stale_s:
+                behind.append(f"{view} replica {replica}: silent for {r.age_s:.0f} s")
+            else:
+                behind.append(
+                    f"{view} replica {replica}: applied {_offsets(r.offsets, wanted)}"
+                    f" of {_offsets(wanted, wanted)}"
+                )
+    return behind
+
+
+def _offsets(offsets: Mapping[int, int], partitions: Mapping[int, int]) -> str:
+    return ", ".join(f"p{p}@{offsets.get(p, 0)}" for p in sorted(partitions))

@@ -163,7 +163,7 @@ def generation_report(
     generation: str,
     side: ReportSide,
     sample_size: int,
-    views_reached: Callable[[list[int]], bool],
+    views_behind: Callable[[list[int]], list[str]],
     held: ReportCut | None = None,
     views_wait_s: float = VIEWS_WAIT_S,
 ) -> tuple[BuildReport, ReportCut]:
@@ -172,11 +172,11 @@ def generation_report(
 
     First the backfill must reach its goal (`backfill_goal`: everything that was in `docs`
     when the goal was set); the offsets it consumed by then are the cut. Then the views must
-    apply the chunks produced up to the cut (`views_reached(chunk offsets)`, polled for up to
-    `views_wait_s`, and again at the next reports: the cut is held), and the checks run on the
-    cut. Until both hold the report has no checks: while backfilling it counts the records
+    apply the chunks produced up to the cut (`views_behind(chunk offsets)` empty, polled for up
+    to `views_wait_s`, and again at the next reports: the cut is held), and the checks run on
+    the cut. Until both hold the report has no checks: while backfilling it counts the records
     consumed of `docs` (the operator shows Backfilling n%); once the cut is taken it counts
-    the cut as consumed (Verifying)."""
+    the cut as consumed and names the view replicas it waits on (Verifying)."""
     held = held or ReportCut()
     if held.cut is None or held.chunk_goal is None:
         consumed = consumed_offsets(log_, topics)
@@ -190,10 +190,10 @@ def generation_report(
         held = ReportCut(cut=consumed, chunk_goal=chunk_goal)
     assert held.cut is not None and held.chunk_goal is not None
     deadline = time.monotonic() + views_wait_s
-    while not views_reached(held.chunk_goal):
+    while behind := views_behind(held.chunk_goal):
         if time.monotonic() > deadline:
             size = sum(held.cut.values())
-            return BuildReport(generation, size, size), held
+            return BuildReport(generation, size, size, waiting_on=tuple(behind)), held
         time.sleep(VIEWS_POLL_S)
     evidence = gather_evidence(
         log_,

@@ -54,7 +54,7 @@ from ragindex.router import (
     AnswerService,
     QueryEngine,
     SearchResult,
-    every_replica_applied,
+    views_behind,
     with_query_cache,
 )
 from ragindex.serve_config import LEXICAL, shard_deployment_name
@@ -271,11 +271,19 @@ class LocalQuerySide:
     def applied(self, ends: list[int]) -> bool:
         """Whether this replica's own views (every shard's replica and its BM25 view: all
         that it searches) applied the chunk offsets `ends`, after catching up now."""
+        return not self.behind(ends)
+
+    def behind(self, ends: list[int]) -> list[str]:
+        """Which of this replica's views have not applied the chunk offsets `ends` yet, after
+        catching up now (empty: all have)."""
         self.refresh()
         if self.dense is None or self.view is None:
-            return False
-        views = self.progress().values()
-        return all(a >= end for offsets in views for a, end in zip(offsets, ends, strict=True))
+            return ["the views are not open yet"]
+        return [
+            f"{view}: applied {offsets} of {ends}"
+            for view, offsets in self.progress().items()
+            if any(a < end for a, end in zip(offsets, ends, strict=True))
+        ]
 
     def search(
         self,
@@ -452,17 +460,22 @@ class ClusterQuerySide:
     def applied(self, ends: list[int]) -> bool:
         """Whether every running replica of every Shard<i> and of Lexical reported having
         applied the chunk offsets `ends` (router.applied, app.serve.progress)."""
+        return not self.behind(ends)
+
+    def behind(self, ends: list[int]) -> list[str]:
+        """Which replicas of Shard<i> and Lexical have not reported applying the chunk offsets
+        `ends` (empty: every running one has)."""
         app, _ = this_replica()
         try:
             reports = ray.get(registry(app, self.generation).reports.remote(), timeout=REGISTRY_S)
-        except (GetTimeoutError, RayActorError):  # being made or restarted: not known yet
-            return False
+        except (GetTimeoutError, RayActorError) as err:  # being made or restarted: not known yet
+            return [f"the progress registry did not answer ({type(err).__name__})"]
         targets: dict[str, dict[int, int]] = {
             shard_deployment_name(i): {i: end} for i, end in enumerate(ends)
         }
         targets[LEXICAL] = dict(enumerate(ends))
         running = self.running.get(app, list(targets))
-        return every_replica_applied(reports, running, targets, STALE_S)
+        return views_behind(reports, running, targets, STALE_S)
 
     def search(
         self,

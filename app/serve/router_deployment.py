@@ -171,7 +171,7 @@ class Router:
             index_generation(self.spec),
             self.side,
             self.spec.generations.self_check_sample,
-            self.side.applied,  # every view caught up (cluster: every running replica)
+            self.side.behind,  # every view caught up (cluster: every running replica)
             self.report_cut,
         )
         return report.to_json()

@@ -210,7 +210,7 @@ def change_generation_live(
         while time.monotonic() < deadline:
             with lock:
                 report, held = generation_report(
-                    main_log, new_topics, out.new, new_side, 5, new_side.applied, held
+                    main_log, new_topics, out.new, new_side, 5, new_side.behind, held
                 )
             out.reports.append(report)
             if report.checks is not None:

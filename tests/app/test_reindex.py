@@ -272,7 +272,7 @@ def test_the_build_report_shows_progress_then_checks_on_a_consistent_cut(
     new = index_generation(RESHARDED)
 
     def report() -> BuildReport:
-        return generation_report(reindex.log, reindex.topics, new, side, 5, side.applied)[0]
+        return generation_report(reindex.log, reindex.topics, new, side, 5, side.behind)[0]
 
     try:
         reindex.backfill.poll(32)
@@ -317,12 +317,12 @@ def test_views_that_trail_the_cut_past_a_report_are_checked_on_that_cut_later(
     new = index_generation(RESHARDED)
     lagging = True  # fault injection: the views say they have not applied the cut yet
 
-    def views_reached(goal: list[int]) -> bool:
-        return not lagging and side.applied(goal)
+    def views_behind(goal: list[int]) -> list[str]:
+        return ["Shard0 replica a: applied p0@0 of p0@9"] if lagging else side.behind(goal)
 
     def report(held: ReportCut) -> tuple[BuildReport, ReportCut]:
         return generation_report(
-            reindex.log, reindex.topics, new, side, 5, views_reached, held, views_wait_s=0
+            reindex.log, reindex.topics, new, side, 5, views_behind, held, views_wait_s=0
         )
 
     try:
@@ -341,6 +341,7 @@ def test_views_that_trail_the_cut_past_a_report_are_checked_on_that_cut_later(
             again, held_again = report(held)
             assert held_again == held  # the cut stays where it was taken
             assert again.checks is None and again.consumed == again.end == SLICE
+            assert again.waiting_on == ("Shard0 replica a: applied p0@0 of p0@9",)
         lagging = False
         checked, after = report(held)
         assert checked.checks == {"caught-up": "", "chunk-counts": "", "self-check": ""}

@@ -75,6 +75,20 @@ def test_a_ready_ray_service_alone_promotes_nothing() -> None:
     assert phase({"generations": verifying.generations}, "new") == "Verifying"
 
 
+def test_verifying_names_the_first_view_replicas_it_waits_on() -> None:
+    behind = tuple(f"Shard{i} replica r{i}: applied p{i}@1 of p{i}@9" for i in range(5))
+    report = BuildReport("new", 10, 10, waiting_on=behind)
+    action = decide_promotion({"activeGeneration": "old"}, seen("new", report=report))
+    entry = next(e for e in action.generations if e["id"] == "new")
+    assert entry["phase"] == "Verifying"
+    assert entry["reason"] == (
+        "10 of 10 docs records consumed, waiting on Shard0 replica r0: applied p0@1 of p0@9;"
+        " Shard1 replica r1: applied p1@1 of p1@9; Shard2 replica r2: applied p2@1 of p2@9;"
+        " 2 more"
+    )
+    assert BuildReport.from_json(report.to_json()) == report
+
+
 def test_complete_and_checked_promotes_and_retains_the_old_generation() -> None:
     prev = status_after({"activeGeneration": "old"}, seen("new", STARTING))
     created = prev["generations"][-1]["createdAt"]
