@@ -26,7 +26,7 @@ from ragindex.topics import DataPlaneTopics
 
 DEFAULT_NAMESPACE = "default"
 NODE_ROOT_ENV = "RAGINDEX_NODE_ROOT"
-TAIL_WINDOW = 8  # offsets before the end that hold the last record (and a commit marker)
+TAIL_WINDOW = 8  # offsets before the end that usually hold the last record and a commit marker
 
 
 def open_log(data_dir: Path) -> Log:
@@ -67,12 +67,19 @@ def ensure_topics(log_: Log, topics: DataPlaneTopics) -> None:
 
 
 def applied_target(log_: Log, topic: str, partition: int) -> int:
-    """The offset after the last data record of a partition (0 if it has none): what a view
-    must have applied to be current (Kafka's end offset may sit past a transaction marker)."""
-    end = log_.end_offset(topic, partition)
-    start = max(log_.begin_offset(topic, partition), end - TAIL_WINDOW)
-    tail = log_.read(topic, partition, start, max_records=TAIL_WINDOW) if end > start else []
-    return tail[-1].offset + 1 if tail else start
+    """The offset after the last committed data record of a partition (its first offset if it
+    has none): what a view must have applied to be current. Kafka's end offset sits past
+    transaction markers, and past the records of aborted transactions (a worker fenced or
+    timed out), which a view never sees: the window looks further back until it finds one."""
+    begin, end = log_.begin_offset(topic, partition), log_.end_offset(topic, partition)
+    window = TAIL_WINDOW
+    while end > begin:
+        start = max(begin, end - window)
+        offsets = [r.offset for r in log_.read(topic, partition, start, max_records=end - start)]
+        if below_end := [o for o in offsets if o < end]:
+            return max(below_end) + 1
+        end, window = start, window * 2
+    return begin
 
 
 def replica_dir(data_dir: Path, spec: RagIndexSpec, deployment: str, rank: int) -> Path:
