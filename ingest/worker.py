@@ -16,6 +16,13 @@ The manifest is a materialized view too: of the compacted `chunks.<generation>` 
 keys name every live chunk's document and whose values carry its content hash. A worker that
 takes over a partition (after a crash, on another node) rebuilds it from there; since chunks
 and offsets commit atomically, the rebuilt manifest is exactly the committed state.
+
+A commit that fails other than fenced has an unknown outcome (Kafka's `commit_transaction` can
+time out after the broker committed). Before that partition's next batch the worker claims it
+again, which makes the broker finish or abort whatever the failed commit left, then rebuilds
+its manifest and re-reads its offset from the log: a plan made against the manifest as it was
+before the commit would forget the chunks it may have added, and a delete would then leave
+them searchable.
 """
 
 from __future__ import annotations
@@ -208,6 +215,7 @@ class IngestWorker:
         # Every embedding runs here, one at a time: the next batch's while this one commits.
         self._embedding = ThreadPoolExecutor(1, thread_name_prefix="ingest-embed")
         self._ahead: _Batch | None = None  # read and embedding after the last commit's offsets
+        self._unsettled: set[int] = set()  # partitions whose last commit's outcome is unknown
         for p in self.partitions:
             log_.claim(self.group, topics.docs, p)
         self.manifest, self.versions = rebuild_manifest(log_, topics, self.partitions)
@@ -225,17 +233,36 @@ class IngestWorker:
         log.info("ingest partitions %s -> %s", sorted(self.partitions), wanted)
         self._ahead = None
         kept = set(wanted)
+        self._unsettled &= kept
         for p in [*gained, *(q for q in self._next if q not in kept)]:
             self._next.pop(p, None)
             self._since.pop(p, None)
-        for doc in [d for d in self.manifest if self._docs_partition(d) not in kept]:
-            del self.manifest[doc]
-            self.versions.pop(doc, None)
-        manifest, versions = rebuild_manifest(self.log, self.topics, gained)
-        self.manifest.update(manifest)
-        self.versions.update(versions)
+        self._reload_manifest(keep=kept - set(gained), read=gained)
         self.partitions = wanted
         self._publish_progress()
+
+    def _reload_manifest(self, keep: set[int], read: Iterable[int]) -> None:
+        """Drop the manifest entries of every docs partition not in `keep`, and read those of
+        `read` from the chunks topic."""
+        for doc in [d for d in self.manifest if self._docs_partition(d) not in keep]:
+            del self.manifest[doc]
+            self.versions.pop(doc, None)
+        manifest, versions = rebuild_manifest(self.log, self.topics, sorted(read))
+        self.manifest.update(manifest)
+        self.versions.update(versions)
+
+    def _settle(self) -> None:
+        """Partitions whose last commit failed with an unknown outcome: claimed again (the
+        broker finishes or aborts that transaction before the claim returns), then their
+        manifest is read from what the chunks topic holds."""
+        if not self._unsettled:
+            return
+        unsettled = sorted(self._unsettled)
+        for p in unsettled:
+            self.log.claim(self.group, self.topics.docs, p)
+        self._reload_manifest(keep=set(self.partitions) - set(unsettled), read=unsettled)
+        log.info("docs partitions %s: manifest read again after a failed commit", unsettled)
+        self._unsettled.clear()
 
     def _docs_partition(self, doc: DocKey) -> int:
         return partition_for_key(doc.encode(), self.topics.docs_partitions)
@@ -269,6 +296,7 @@ class IngestWorker:
         succeeded and the partitions are unchanged; otherwise it is dropped, never committed,
         and the next poll reads from the committed offsets again.
         """
+        self._settle()
         batch, self._ahead = self._ahead, None
         if batch is None or any(self._next.get(p) != o for p, o in batch.starts.items()):
             batch = self._prepare(
@@ -295,14 +323,17 @@ class IngestWorker:
             elif isinstance(outcome, WriterFenced):  # another worker claimed it: it carries on
                 log.warning("letting docs partition %d go: %s", p, outcome)
                 self.assign([q for q in self.partitions if q != p])
-        failed = [
-            e for e in outcomes if isinstance(e, BaseException) and not isinstance(e, WriterFenced)
-        ]
+        failed = {
+            p: e
+            for (p, _, _, _), e in zip(jobs, outcomes, strict=True)
+            if isinstance(e, BaseException) and not isinstance(e, WriterFenced)
+        }
         if failed:
             self._next.clear()  # unknown what landed: read the committed offsets again
             self._since.clear()
+            self._unsettled.update(p for p in failed if p in self.partitions)
             self._publish_progress()
-            raise failed[0]
+            raise next(iter(failed.values()))
         if not any(isinstance(o, BaseException) for o in outcomes):
             self._ahead = ahead  # every commit landed: the plan it was made against holds
         self._publish_progress()

@@ -45,6 +45,16 @@ class CallStuck(KafkaException):
     """A client call did not return by its deadline; its producer must not be used again."""
 
 
+class CommitOutcomeUnknown(KafkaException):
+    """commit_transaction failed (a timeout, the coordinator gone): the broker may have
+    committed the transaction all the same. The next init_transactions of its transactional
+    id settles it one way or the other."""
+
+
+class CommitStuck(CallStuck, CommitOutcomeUnknown):
+    """commit_transaction did not return by its deadline: both of the above."""
+
+
 class OffsetsUnknown(KafkaException):
     """Every record was delivered, but not every delivery report carried its offset (librdkafka
     sometimes reports none: seen in 2 of ~30 runs of the snapshot tests, on records of ~1 MB).

@@ -67,6 +67,8 @@ from ragindex.log.kafka_calls import (
     READER_GROUP,
     UNKNOWN_OFFSET_ATTEMPTS,
     CallStuck,
+    CommitOutcomeUnknown,
+    CommitStuck,
     OffsetsUnknown,
     PartitionReader,
     call_with_deadline,
@@ -362,6 +364,11 @@ class KafkaLog:
                         f" max.message.bytes must be at least {MAX_MESSAGE_BYTES}; nothing of"
                         " the write is visible"
                     ) from e
+                if isinstance(e, CommitOutcomeUnknown):
+                    raise self._unavailable(
+                        "confirm the commit (the write may have landed; writing it again is safe)",
+                        e,
+                    ) from e
                 raise self._unavailable("commit the write (nothing of it is visible)", e) from e
         self._await_stable(topic, records, offsets)
         return offsets
@@ -420,7 +427,15 @@ class KafkaLog:
         return offsets
 
     def _commit_transaction(self, producer: Producer) -> None:
-        call_with_deadline(producer.commit_transaction, self.timeout_s)
+        try:
+            call_with_deadline(producer.commit_transaction, self.timeout_s)
+        except CallStuck as e:
+            raise CommitStuck(*e.args) from e
+        except KafkaException as e:
+            error = error_of(e)
+            if error is not None and error.code() in FENCED_ERRORS:
+                raise  # a fenced producer's transaction is never committed
+            raise CommitOutcomeUnknown(error or KafkaError(KafkaError._FAIL, str(e))) from e
 
     def _abort(self, transactional_id: str, producer: Producer, cause: KafkaException) -> None:
         """Abort the open transaction; a producer that cannot (broker gone, fenced, a fatal

@@ -9,7 +9,7 @@ import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -145,6 +145,96 @@ class FailOnce:
             self.failed = True
             raise BackendUnavailable("log unavailable (injected)")
         return self.log.append_and_commit(*args, **kwargs)  # type: ignore[arg-type]
+
+
+class LandsThenFails:
+    """Fault injection: the next append_and_commit lands, then reports failure, as a Kafka
+    commit_transaction that timed out after the broker committed."""
+
+    def __init__(self, log: Log) -> None:
+        self.log = log
+        self.armed = False
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.log, name)
+
+    def append_and_commit(self, *args: object, **kwargs: object) -> list[int]:
+        offsets = self.log.append_and_commit(*args, **kwargs)  # type: ignore[arg-type]
+        if self.armed:
+            self.armed = False
+            raise BackendUnavailable("commit timed out (injected: it landed)")
+        return offsets
+
+
+def grow_then_delete_after_an_ambiguous_commit(
+    log: Log, worker_log: Log, arm: Callable[[], object], topics: DataPlaneTopics, minilm: Embedder
+) -> None:
+    """A document grows from 2 to 5 chunks in a batch whose commit lands but is reported
+    failed; then it is deleted. Every one of its chunks must be gone."""
+    worker = IngestWorker(worker_log, topics, minilm, ChunkingSpec(max_tokens=64), range(3))
+    put(log, "acme", [doc(7, "Short passage about wings. " * 12)], topics)
+    assert worker.poll(timeout_s=10) == 1
+    before = [k for k in live_chunks(log, topics) if k.startswith(b"acme/wiki:7:")]
+    arm()
+    put(log, "acme", [doc(7, "A much longer passage about wings and lift. " * 60)], topics)
+    with pytest.raises(BackendUnavailable):
+        worker.poll(timeout_s=10)
+    deadline = time.monotonic() + 10  # Kafka: the commit markers follow the failed call
+    while len(
+        grown := [k for k in live_chunks(log, topics) if k.startswith(b"acme/wiki:7:")]
+    ) <= len(before):
+        assert time.monotonic() < deadline, (before, grown)  # it landed
+        time.sleep(0.2)
+    put(log, "acme", [("wiki", "7")], topics)
+    assert worker.poll(timeout_s=10) == 1
+    assert [k for k in live_chunks(log, topics) if k.startswith(b"acme/wiki:7:")] == []
+    assert worker.manifest == IngestWorker(log, topics, minilm, ChunkingSpec(), range(3)).manifest
+
+
+def test_a_delete_after_a_commit_that_landed_but_reported_failure_removes_every_chunk(
+    tmp_path: Path, minilm: Embedder
+) -> None:
+    log = open_log(tmp_path / "log")
+    faulty = LandsThenFails(log)
+    grow_then_delete_after_an_ambiguous_commit(
+        log,
+        faulty,
+        lambda: setattr(faulty, "armed", True),
+        TOPICS,
+        minilm,  # type: ignore[arg-type]
+    )
+
+
+@pytest.mark.kafka
+def test_a_kafka_commit_that_timed_out_after_landing_leaves_no_chunk_behind_on_delete(
+    kafka_server: KafkaServer, minilm: Embedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The broker commits the transaction, the client reports a timeout (injected around
+    librdkafka's commit_transaction): the worker must not plan the next batch against the
+    manifest as it was before that commit."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    name = f"ambiguous{uuid.uuid4().hex[:8]}"
+    topics = DataPlaneTopics(f"{name}.docs", f"{name}.chunks", docs_partitions=3, shards=2)
+    log = KafkaLog(kafka_server.bootstrap)
+    log.ensure_topic(topics.docs, 3, compacted=True)
+    log.ensure_topic(topics.chunks, 2, compacted=True)
+    worker_log = KafkaLog(kafka_server.bootstrap)
+    commit = worker_log._commit_transaction
+
+    def arm() -> None:
+        def lands_then_times_out(producer: object) -> None:
+            commit(producer)  # type: ignore[arg-type]
+            monkeypatch.setattr(worker_log, "_commit_transaction", commit)
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "injected: it landed"))
+
+        monkeypatch.setattr(worker_log, "_commit_transaction", lands_then_times_out)
+
+    try:
+        grow_then_delete_after_an_ambiguous_commit(log, worker_log, arm, topics, minilm)
+    finally:
+        worker_log.close()
+        log.close()
 
 
 def test_the_same_worker_redoes_a_failed_batch_from_the_committed_offsets(

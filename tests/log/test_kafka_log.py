@@ -127,6 +127,36 @@ def test_a_claim_fences_the_previous_writer_before_it_reads(kafka_server: KafkaS
         client.close()
 
 
+def test_a_commit_that_fails_after_landing_says_the_write_may_have_landed(
+    kafka_server: KafkaServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """commit_transaction can time out after the broker committed: the caller is told the
+    outcome is unknown and a retry is safe, never that nothing is visible."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    log = _kafka_log(kafka_server)
+    log.ensure_topic("ambiguous", 1, compacted=False)
+    make = log._producer
+
+    class LandsThenTimesOut:
+        def __init__(self, producer: object) -> None:
+            self.producer = producer
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self.producer, name)
+
+        def commit_transaction(self, *args: object) -> None:
+            self.producer.commit_transaction(*args)  # type: ignore[attr-defined]
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "injected after the commit"))
+
+    monkeypatch.setattr(log, "_producer", lambda txid: LandsThenTimesOut(make(txid)))
+    with pytest.raises(BackendUnavailable, match="may have landed; writing it again is safe"):
+        log.append("ambiguous", [(0, b"k", b"v")])
+    monkeypatch.undo()
+    assert [r.key for r in log.read("ambiguous", 0, 0, timeout_s=10)] == [b"k"]  # it landed
+    log.close()
+
+
 def test_broker_down_is_unavailable_quickly_and_writes_resume(kafka_server: KafkaServer) -> None:
     log = _kafka_log(kafka_server, timeout_s=3.0)
     log.ensure_topic("outage", 1, compacted=False)
