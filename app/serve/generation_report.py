@@ -18,7 +18,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from ragindex.app.serve.ingest_deployment import applied_target
 from ragindex.generations import (
@@ -34,6 +34,8 @@ from ragindex.records import DocKey, decode_document
 from ragindex.router import SearchResult
 from ragindex.topics import DataPlaneTopics
 from ragindex.types import Document
+
+T = TypeVar("T")
 
 VIEWS_WAIT_S = 2.0  # the views trail the log by about their refresh interval
 VIEWS_POLL_S = 0.05
@@ -67,7 +69,19 @@ def live_documents(
     log_: Log, topics: DataPlaneTopics, upto: dict[int, int]
 ) -> dict[DocKey, Document]:
     """The corpus as of `upto` (partition -> offset): each key's newest value, minus deletes."""
-    docs: dict[DocKey, Document | None] = {}
+    return _live(log_, topics, upto, lambda d: d)
+
+
+def live_titles(log_: Log, topics: DataPlaneTopics, upto: dict[int, int]) -> dict[DocKey, str]:
+    """The title of every live document as of `upto`: what the checks need of the corpus, so a
+    report holds keys and titles, never the texts."""
+    return _live(log_, topics, upto, lambda d: d.title)
+
+
+def _live(
+    log_: Log, topics: DataPlaneTopics, upto: dict[int, int], keep: Callable[[Document], T]
+) -> dict[DocKey, T]:
+    docs: dict[DocKey, T | None] = {}
     for partition, end in upto.items():
         offset = log_.begin_offset(topics.docs, partition)
         while offset < end:
@@ -77,7 +91,8 @@ def live_documents(
             for r in records:
                 if r.offset >= end:
                     break
-                docs[DocKey.decode(r.key)] = None if r.value is None else decode_document(r.value)
+                key = DocKey.decode(r.key)
+                docs[key] = None if r.value is None else keep(decode_document(r.value))
             offset = records[-1].offset + 1
     return {k: d for k, d in docs.items() if d is not None}
 
@@ -112,25 +127,25 @@ def gather_evidence(
     `settled` (the cluster: writers and workers go on) returns `docs` offsets taken after the
     views were read; documents written in between are left out on both sides.
     """
-    corpus = live_documents(log_, topics, dict(consumed))
+    corpus = live_titles(log_, topics, dict(consumed))
     assert side.dense is not None
     tenants = sorted({k.tenant_id for k in corpus})
     views = {t: side.dense.document_keys(t) for t in tenants}
     moving: set[DocKey] = set()
     if settled is not None:
         moving = written_between(log_, topics, consumed, settled())
-    stable = {k: d for k, d in corpus.items() if k not in moving}
+    stable = {k: title for k, title in corpus.items() if k not in moving}
     moving_docs = {(k.tenant_id, k.source, k.doc_id) for k in moving}
     indexed = {
         t: sum(1 for s, d in keys if (t, s, d) not in moving_docs) for t, keys in views.items()
     }
     sample = self_check_sample(
-        [k.encode() for k, d in stable.items() if d.title.strip()], sample_size
+        [k.encode() for k, title in stable.items() if title.strip()], sample_size
     )
     missed = []
     for key_bytes in sample:
         key = DocKey.decode(key_bytes)
-        hits = side.search(key.tenant_id, stable[key].title, SELF_CHECK_TOP_K, "dense", False).hits
+        hits = side.search(key.tenant_id, stable[key], SELF_CHECK_TOP_K, "dense", False).hits
         if (key.source, key.doc_id) not in {(h.chunk.source, h.chunk.doc_id) for h in hits}:
             missed.append(key_bytes.decode())
     return PromotionEvidence(

@@ -20,7 +20,12 @@ from ragindex.app.serve.data_plane import open_log, replica_dir, replica_rank
 from ragindex.app.serve.generation_report import ReportCut, generation_report
 from ragindex.app.serve.pools import RemoteEmbedder
 from ragindex.app.serve.query_side import ClusterQuerySide, LocalQuerySide, QuerySide
-from ragindex.app.serve.threads import ReplicaThread, refresh_forever, release_free_heap
+from ragindex.app.serve.threads import (
+    LatestResult,
+    ReplicaThread,
+    refresh_forever,
+    release_free_heap,
+)
 from ragindex.config import RagIndexSpec
 from ragindex.errors import BackendUnavailable
 from ragindex.generations import index_generation
@@ -34,6 +39,9 @@ SEARCH_THREADS = 4
 ANSWER_THREADS = 2
 WAIT_POLL_S = 0.02
 WAIT_SLICE_S = 0.5  # the longest one applied_targets call holds a request slot of Ingest
+# How long an ask of the build report waits for the one being made; a report that takes longer
+# (a large corpus) is answered by a later ask, so it lands whatever the asker's timeout.
+REPORT_WAIT_S = 3.0
 
 
 class Router:
@@ -59,6 +67,7 @@ class Router:
         self.topics = plane_topics(self.spec, name, namespace)
         self.report_log: Log | None = None
         self.report_cut = ReportCut()  # where the build report stands, held between reports
+        self.reports = LatestResult(lambda: self.views.run(self._generation_report), REPORT_WAIT_S)
         self.views = ReplicaThread("router-views")
         self.searches = ReplicaThread("router-search", SEARCH_THREADS)
         self.answers = ReplicaThread("router-answer", ANSWER_THREADS)
@@ -155,9 +164,14 @@ class Router:
         return (True, "ok") if writable == "ok" else (True, f"degraded: {writable}")
 
     async def generation_report(self) -> dict[str, Any]:
-        """This generation's build report (app/serve/generation_report.py), made on the views
-        thread: it owns the local runtime's views."""
-        return await self.views.run(self._generation_report)
+        """This generation's build report (app/serve/generation_report.py), made in the
+        background on the views thread (it owns the local runtime's views): an ask starts one
+        if none is being made and waits up to REPORT_WAIT_S for it; past that it gets the last
+        report made (503 before the first), and a later ask collects the new one."""
+        report = await self.reports.ask()
+        if report is None:
+            raise BackendUnavailable("the build report is being made: ask again shortly")
+        return report
 
     def _generation_report(self) -> dict[str, Any]:
         if self.report_log is None:

@@ -13,9 +13,9 @@ import ctypes.util
 import logging
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 log = logging.getLogger("ragindex.serve")
 T = TypeVar("T")
@@ -77,3 +77,28 @@ async def refresh_forever(worker: ReplicaThread, refresh: Callable[[], None], wh
         except Exception:
             log.exception(what)
         await asyncio.sleep(REFRESH_S)
+
+
+class LatestResult(Generic[T]):
+    """A slow computation made in the background, one at a time: an ask starts one if none is
+    running and waits up to `wait_s` for it; past that it gets the last result made (None
+    before the first), and a later ask collects the new one. A computation outlives the ask
+    that started it, so one slower than any asker's timeout still lands."""
+
+    def __init__(self, make: Callable[[], Awaitable[T]], wait_s: float) -> None:
+        self._make = make
+        self.wait_s = wait_s
+        self._job: asyncio.Future[T] | None = None
+        self.last: T | None = None
+
+    async def ask(self) -> T | None:
+        if self._job is None:
+            self._job = asyncio.ensure_future(self._make())
+        job = self._job
+        await asyncio.wait({job}, timeout=self.wait_s)
+        if not job.done():
+            return self.last
+        if self._job is job:
+            self._job = None
+        self.last = job.result()  # a failed computation raises to its askers; the next starts anew
+        return self.last
