@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The whole test run, from a fresh machine: install, fetch/build the real servers the tests start
-# (Elasticsearch, Kafka, kube-apiserver + etcd + controller-manager, helm, kubectl, Debian's
-# Chromium and chromedriver for the search page's browser test), static checks, pytest, then the
-# benchmarks' goals on small inputs (scripts/bench_check.sh) and the release gate (Cranfield
-# quality and latency ratios against measure/gate/baseline.json). Needs root (apt). The pods e2e
-# is apart: `scripts/setup_pods.sh && .venv/bin/pytest -m pods -rP tests/operator/test_pods_e2e.py`.
-# Everything slow is cached under ${RAGINDEX_CACHE:-~/.cache/ragindex}.
+# (Elasticsearch, Kafka, Debian's Chromium and chromedriver for the search page's browser test;
+# kube-apiserver + etcd + controller-manager, helm, kubectl, and for the pods e2e a node's
+# kubelet, scheduler, kube-proxy, CoreDNS, KubeRay and our images), static checks, pytest, the
+# product on real pods (helm install, kubectl apply, generations under load, autoscaling), then
+# the benchmarks' goals on small inputs (scripts/bench_check.sh) and the release gate (Cranfield
+# quality and latency ratios against measure/gate/baseline.json). Needs root (apt, containerd,
+# kubelet). Everything slow is cached under ${RAGINDEX_CACHE:-~/.cache/ragindex}.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false
@@ -16,8 +17,9 @@ scripts/setup.sh
 scripts/setup_browser.sh
 scripts/fetch_elasticsearch.sh
 scripts/fetch_kafka.sh
-scripts/build_k8s.sh
+scripts/setup_pods.sh
 scripts/lint.sh
 .venv/bin/pytest "$@"
+.venv/bin/pytest -m pods -rP tests/operator/test_pods_e2e.py
 scripts/bench_check.sh
 .venv/bin/ragindex gate
