@@ -49,14 +49,14 @@ def views_behind(
         if not expected and not caught_up:
             behind.append(f"{view}: no replica reported")
         for replica in sorted(expected - caught_up):
-            r = latest.get(replica)
-            if r is None:
+            last = latest.get(replica)
+            if last is None:
                 behind.append(f"{view} replica {replica}: no report yet")
-            elif r.age_s > stale_s:
-                behind.append(f"{view} replica {replica}: silent for {r.age_s:.0f} s")
+            elif last.age_s > stale_s:
+                behind.append(f"{view} replica {replica}: silent for {last.age_s:.0f} s")
             else:
                 behind.append(
-                    f"{view} replica {replica}: applied {_offsets(r.offsets, wanted)}"
+                    f"{view} replica {replica}: applied {_offsets(last.offsets, wanted)}"
                     f" of {_offsets(wanted, wanted)}"
                 )
     return behind
