@@ -12,6 +12,7 @@ deletes what `render` no longer wants (`objects_to_prune` decides; this module o
 from __future__ import annotations
 
 import base64
+import secrets
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -19,6 +20,7 @@ from lightkube import AsyncClient, codecs
 from lightkube.core.exceptions import ApiError
 from lightkube.core.resource import NamespacedResource
 from lightkube.generic_resource import create_namespaced_resource
+from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import ConfigMap, PersistentVolumeClaim, Secret, Service
 from lightkube.resources.networking_v1 import NetworkPolicy
 
@@ -36,9 +38,12 @@ from ragindex.operator.objects import (
     NETWORK_POLICY,
     PVC,
     RAY_SERVICE,
+    REPORT_TOKEN_KEY,
     SERVICE,
     ObjectRef,
+    object_metadata,
     ref_of,
+    report_token_secret,
 )
 from ragindex.operator.ownership import foreign_object, owned_by, secret_refusal
 from ragindex.operator.render import objects_to_prune
@@ -195,3 +200,39 @@ async def secret_value(client: AsyncClient, namespace: str, name: str, key: str)
     if encoded is None:
         raise RuntimeError(f"Secret {namespace}/{name} has no key {key!r} yet")
     return base64.b64decode(encoded).decode()
+
+
+async def ensure_report_token(
+    client: AsyncClient, namespace: str, index: str, uid: str
+) -> tuple[str | None, str | None]:
+    """(the index's report credential, None), making its Secret (owned by the RagIndex, so
+    deleted with it) the first time; (None, why) when a Secret of that name is not ours."""
+    name = report_token_secret(index)
+    try:
+        secret = await client.get(Secret, name, namespace=namespace)
+    except ApiError as e:
+        if e.status.code != 404:
+            raise
+        token = secrets.token_urlsafe(32)
+        meta = object_metadata(name, namespace, index, "", uid)
+        try:
+            await client.create(
+                Secret(
+                    metadata=ObjectMeta(**meta),
+                    type="Opaque",
+                    stringData={REPORT_TOKEN_KEY: token},
+                ),
+                field_manager=FIELD_MANAGER,
+            )
+            return token, None
+        except ApiError as conflict:
+            if conflict.status.code != 409:  # made meanwhile (another round): read it
+                raise
+            secret = await client.get(Secret, name, namespace=namespace)
+    meta = codecs_to_dict(secret, ("", "")).get("metadata") or {}
+    if why := foreign_object("Secret", meta, uid):
+        return None, why
+    encoded = (secret.data or {}).get(REPORT_TOKEN_KEY)
+    if encoded is None:
+        return None, f"Secret {namespace}/{name} has no key {REPORT_TOKEN_KEY!r}"
+    return base64.b64decode(encoded).decode(), None

@@ -16,12 +16,15 @@ from ragindex.generations import BuildReport, alias_switch
 TIMEOUT_S = 5.0
 
 
-async def read_build_report(url: str, timeout_s: float = TIMEOUT_S) -> BuildReport | None:
-    """The report the generation's Router serves at `url`; None while it does not answer (its
-    pods are starting) or answers with something that is not a report."""
+async def read_build_report(
+    url: str, token: str, timeout_s: float = TIMEOUT_S
+) -> BuildReport | None:
+    """The report the generation's Router serves at `url`, asked with the index's report
+    credential; None while it does not answer (its pods are starting) or answers with
+    something that is not a report."""
     try:
         async with httpx.AsyncClient(timeout=timeout_s) as client:
-            response = await client.get(url)
+            response = await client.get(url, headers={"Authorization": f"Bearer {token}"})
         if response.status_code != 200:
             return None
         return BuildReport.from_json(response.json())

@@ -245,8 +245,9 @@ class RagIndexOperator:
         if refused:
             raise Refused("SecretRefused", refused)
         conflicts = await apply.name_conflicts(self.kube, objects, uid)
-        if conflicts:
-            raise Refused("NameConflict", conflicts)
+        _, foreign = await apply.ensure_report_token(self.kube, namespace, name, uid)
+        if conflicts or foreign:
+            raise Refused("NameConflict", [*conflicts, *([foreign] if foreign else [])])
         await apply.apply_objects(self.kube, objects)
         # Generations in status (serving, building, retained for rollback) keep their objects
         # until a promotion decision retires them.
@@ -280,7 +281,10 @@ class RagIndexOperator:
         )
         report = None
         if ready.ok and active not in (None, target):
-            report = await read_build_report(self.options.report_url(name, namespace, target))
+            token, _ = await apply.ensure_report_token(self.kube, namespace, name, uid)
+            if token is not None:  # else the next reconcile refuses, saying why
+                url = self.options.report_url(name, namespace, target)
+                report = await read_build_report(url, token)
         moment = datetime.now(UTC)
         action = decide_promotion(
             status,

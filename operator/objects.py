@@ -171,6 +171,15 @@ def build_report_url(name: str, namespace: str, generation: str) -> str:
     )
 
 
+def report_token_secret(name: str) -> str:
+    """The Secret holding the credential a generation's Router asks of whoever reads its
+    build report (the operator): made by the operator, owned by the RagIndex."""
+    return f"{name}-report-token"
+
+
+REPORT_TOKEN_KEY = "token"
+
+
 def network_policy_name(name: str, generation: str) -> str:
     return f"{ray_service_name(name, generation)}-ray"
 

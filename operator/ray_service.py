@@ -13,6 +13,7 @@ from ragindex.operator.objects import (
     AUTH_MOUNT,
     RAY_SERVICE,
     RAY_UID,
+    REPORT_TOKEN_KEY,
     SERVE_PORT,
     RenderOptions,
     elasticsearch_password_secret,
@@ -22,6 +23,7 @@ from ragindex.operator.objects import (
     managed_elasticsearch,
     object_metadata,
     ray_service_name,
+    report_token_secret,
 )
 from ragindex.serve_config import (
     AUTH_DIR_ENV,
@@ -31,6 +33,7 @@ from ragindex.serve_config import (
     KAFKA_BOOTSTRAP_ENV,
     KAFKA_PASSWORD_ENV,
     KAFKA_USERNAME_ENV,
+    REPORT_TOKEN_ENV,
     deployment_layout,
     render_serve_config,
     to_yaml,
@@ -132,6 +135,7 @@ def _pod_env(spec: RagIndexSpec, name: str, namespace: str) -> list[dict[str, An
         env.append(_secret_env(GENERATOR_API_KEY_ENV, spec.generator.api_key_secret, "api-key"))
     if spec.auth_secret:
         env.append({"name": AUTH_DIR_ENV, "value": AUTH_MOUNT})
+    env.append(_secret_env(REPORT_TOKEN_ENV, report_token_secret(name), REPORT_TOKEN_KEY))
     return env
 
 

@@ -9,6 +9,7 @@ are enforced before anything is written (DESIGN.md invariant 7).
 
 from __future__ import annotations
 
+import hmac
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Annotated, Any, Protocol
@@ -195,9 +196,11 @@ def create_app(
     registry: CollectorRegistry | None = None,
     limits: LimitsSpec | None = None,
     clock: Callable[[], float] = time.monotonic,
+    report_token: str | None = None,
 ) -> FastAPI:
     """The v1 API over one backend; each app has its own Prometheus registry and per-tenant
-    limiter (`limits`: the spec's, else the defaults)."""
+    limiter (`limits`: the spec's, else the defaults). `report_token`: the credential
+    /v1/generation asks of its reader (the cluster's operator); without one, any API token."""
     limiter = TenantLimiter(limits or LimitsSpec())
     registry = registry or CollectorRegistry()
     requests = Counter(
@@ -421,12 +424,31 @@ def create_app(
         response_model=GenerationReport,
         tags=["ops"],
         operation_id="generation",
-        responses={503: BACKEND_ERRORS[503]},
+        responses={401: AUTH_ERRORS[401], 503: BACKEND_ERRORS[503]},
     )
-    async def generation() -> GenerationReport:
+    async def generation(
+        credentials: Annotated[HTTPAuthorizationCredentials | None, Security(BEARER)],
+    ) -> GenerationReport:
         """How far this generation's backfill got and whether its promotion checks pass (the
-        operator promotes a new generation on this). Unauthenticated, like /readyz: it names
-        no tenant and no document."""
+        operator promotes a new generation on this). It names no tenant and no document, but
+        making it reads the whole corpus: in the cluster it needs the index's report
+        credential (the Secret `<name>-report-token`, which the operator makes and reads),
+        elsewhere any API token."""
+        given = credentials.credentials if credentials else None
+        if report_token is not None:
+            if given is None or not hmac.compare_digest(given.encode(), report_token.encode()):
+                raise HTTPException(
+                    status_code=401,
+                    detail="the build report needs this index's report credential",
+                    headers={"WWW-Authenticate": "Bearer"},
+                )
+        else:
+            try:
+                verifier.check(given)
+            except TokenRefused as refused:
+                raise HTTPException(
+                    status_code=401, detail=str(refused), headers={"WWW-Authenticate": "Bearer"}
+                ) from None
         return GenerationReport.model_validate(await backend.generation_report())
 
     @app.get(

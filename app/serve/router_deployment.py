@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,7 @@ from ragindex.errors import BackendUnavailable
 from ragindex.generations import index_generation
 from ragindex.protocols import Log
 from ragindex.router import Access, Answer, SearchResult, TokenVerifier, create_app
-from ragindex.serve_config import ROUTER, Runtime
+from ragindex.serve_config import REPORT_TOKEN_ENV, ROUTER, Runtime
 from ragindex.topics import plane_topics
 from ragindex.types import Document
 
@@ -89,7 +90,12 @@ class Router:
         self._heap_trimmed = False
 
     def __serve_build_asgi_app__(self) -> Any:
-        return create_app(self, self.verifier, limits=self.spec.limits)
+        return create_app(
+            self,
+            self.verifier,
+            limits=self.spec.limits,
+            report_token=os.environ.get(REPORT_TOKEN_ENV) or None,
+        )
 
     # Backend protocol for router.http
 

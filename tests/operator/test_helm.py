@@ -114,8 +114,9 @@ def test_rbac_is_least_privilege(kube_cluster) -> None:
         if "customresourcedefinitions" in rule["resources"]:
             assert set(rule["verbs"]) <= {"get", "list", "watch"}, rule
         if "secrets" in rule["resources"]:
-            # Labels of the Secrets a spec names, by name: no enumeration, no write.
-            assert rule["resources"] == ["secrets"] and rule["verbs"] == ["get"], rule
+            # Labels of the Secrets a spec names, by name, and the report credential's Secret
+            # made once: no enumeration, no change to an existing Secret.
+            assert rule["resources"] == ["secrets"] and rule["verbs"] == ["get", "create"], rule
         if "persistentvolumeclaims" in rule["resources"]:
             assert set(rule["verbs"]) == {"list", "delete"}, rule  # pruning legacy claims only
 
@@ -155,7 +156,7 @@ def test_watched_namespaces_get_roles_and_no_cluster_wide_secret_read(kube_clust
         granted = {r for rule in role["rules"] for r in rule["resources"]}
         assert granted >= NAMESPACED_RESOURCES
         (secrets,) = [rule for rule in role["rules"] if "secrets" in rule["resources"]]
-        assert secrets["resources"] == ["secrets"] and secrets["verbs"] == ["get"]
+        assert secrets["resources"] == ["secrets"] and secrets["verbs"] == ["get", "create"]
     (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--all-namespaces" not in args
@@ -232,8 +233,10 @@ def test_install_creates_the_objects_and_uninstall_keeps_the_crd(kube_cluster) -
             ("get", "secrets", "yes"),
             ("list", "secrets", "no"),
             ("watch", "secrets", "no"),
-            ("create", "secrets", "no"),
+            ("create", "secrets", "yes"),
             ("patch", "secrets", "no"),
+            ("update", "secrets", "no"),
+            ("delete", "secrets", "no"),
             ("create", "persistentvolumeclaims", "no"),
             ("delete", "persistentvolumeclaims", "yes"),
             ("create", "kafkatopics.kafka.strimzi.io", "yes"),

@@ -9,6 +9,7 @@ KubeRay would write (the status subresource), which is all the operator reads.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import threading
@@ -43,8 +44,10 @@ from ragindex.operator.objects import (
     LABEL_GENERATION,
     LABEL_INDEX,
     LABEL_MANAGED_BY,
+    REPORT_TOKEN_KEY,
     network_policy_name,
     ray_service_name,
+    report_token_secret,
 )
 from ragindex.operator.ownership import SECRET_LABEL
 
@@ -114,14 +117,17 @@ def client(kube_cluster: Any) -> Iterator[Client]:
 
 class BuildReports:
     """Serves generations' build reports over real HTTP, as each generation's Router does at
-    /v1/generation (there are no pods here); a test sets what a generation reports."""
+    /v1/generation (there are no pods here); a test sets what a generation reports. Each ask's
+    Authorization header is kept: the Routers ask for the index's report credential."""
 
     def __init__(self) -> None:
         self.reports: dict[str, dict[str, Any]] = {}
-        reports = self.reports
+        self.asked_with: set[str | None] = set()
+        reports, asked_with = self.reports, self.asked_with
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
+                asked_with.add(self.headers.get("Authorization"))
                 body = reports.get(self.path.rsplit("/", 1)[-1])
                 data = json.dumps(body).encode()
                 self.send_response(200 if body is not None else 404)
@@ -426,6 +432,11 @@ def test_a_new_generation_serves_only_once_backfilled_and_checked(
     assert generation_entry(status, old)["phase"] == "Retained"
     assert condition(status, "Degraded")["status"] == "False"
     assert get_or_none(client, RayService, old_rs, ns) is not None
+    # The reports were asked for with the credential the operator made, and only with it.
+    secret = plain(client.get(Secret, report_token_secret("roll"), namespace=ns))
+    assert [o["kind"] for o in secret["metadata"]["ownerReferences"]] == ["RagIndex"]
+    token = base64.b64decode(secret["data"][REPORT_TOKEN_KEY]).decode()
+    assert len(token) >= 40 and reports.asked_with == {f"Bearer {token}"}
     # The docs topic is the corpus: it outlives every generation.
     assert get_or_none(client, KafkaTopic, "roll-docs", ns) is not None
     for topic in (f"roll-chunks-{new}", f"roll-snapshots-{new}"):

@@ -30,6 +30,7 @@ from ragindex.serve_config import (
     KAFKA_BOOTSTRAP_ENV,
     KAFKA_PASSWORD_ENV,
     KAFKA_USERNAME_ENV,
+    REPORT_TOKEN_ENV,
 )
 from ragindex.topics import (
     MAX_MESSAGE_BYTES,
@@ -334,6 +335,8 @@ def test_secrets_reach_pods_only_by_reference_and_only_when_named() -> None:
     env = env_of(objects)
     assert env[GENERATOR_API_KEY_ENV] == {"secretKeyRef": {"name": "llm-key", "key": "api-key"}}
     assert env[AUTH_DIR_ENV] == "/etc/ragindex/auth"
+    # The build report's credential, from the Secret the operator makes for the index.
+    assert env[REPORT_TOKEN_ENV] == {"secretKeyRef": {"name": "idx-report-token", "key": "token"}}
     # The Serve app reads the key from the one variable the operator injects.
     served = serve_config(objects)["applications"][0]["args"]["spec"]
     assert served["generator"]["apiKeyEnv"] == GENERATOR_API_KEY_ENV

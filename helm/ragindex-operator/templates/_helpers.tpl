@@ -77,13 +77,14 @@ namespace, else a Role's in each watched one (rbac.yaml). */}}
 - apiGroups: [""]
   resources: ["persistentvolumeclaims"]
   verbs: ["list", "delete"]
-# Get by name only (no list, no watch, no write): the operator reads the labels of the
-# Secrets a RagIndex names, to refuse any without ragindex.dev/secret-for=<index>. KubeRay
-# creates the Ray token Secret, ECK the Elasticsearch one; pods
-# reference them directly.
+# Get by name and create only (no list, no watch, no update): the operator reads the labels
+# of the Secrets a RagIndex names, to refuse any without ragindex.dev/secret-for=<index>, and
+# makes one Secret per RagIndex, <name>-report-token, the credential its generations' Routers
+# ask of whoever reads their build report (the operator itself). KubeRay creates the Ray token
+# Secret, ECK the Elasticsearch one; pods reference them directly.
 - apiGroups: [""]
   resources: ["secrets"]
-  verbs: ["get"]
+  verbs: ["get", "create"]
 - apiGroups: ["", "events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]

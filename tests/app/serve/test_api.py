@@ -354,6 +354,10 @@ def test_ops_endpoints(loaded: ServedApp, tokens: dict[str, str]) -> None:
         assert set(stats) <= set(openapi["components"]["schemas"]["StatsResponse"]["properties"])
         search(client, "bread")
     with loaded.client() as client:
+        # Making it reads the whole corpus: never for an anonymous caller.
+        assert client.get("/v1/generation").status_code == 401
+        metrics = client.get("/metrics")
+    with loaded.client(tokens["beta"]) as client:
         # The build report the operator promotes on: caught up, every check passed, and
         # nothing in it names a tenant or a document.
         report = client.get("/v1/generation")
@@ -362,7 +366,6 @@ def test_ops_endpoints(loaded: ServedApp, tokens: dict[str, str]) -> None:
         assert body["consumed"] == body["end"] > 0
         assert body["checks"] == {"caught-up": "", "chunk-counts": "", "self-check": ""}
         assert "alpha" not in report.text and "lighthouse" not in report.text
-        metrics = client.get("/metrics")
     assert metrics.status_code == 200
     assert 'ragindex_http_requests_total{route="/v1/search",status="200"}' in metrics.text
     assert "ragindex_http_request_seconds_bucket" in metrics.text
