@@ -61,18 +61,24 @@ class LexicalView:
                 topic,
             )
 
-    def catch_up(self) -> int:
-        """Apply what is new in every partition; returns records applied."""
+    def catch_up(self, max_records: int | None = None) -> int:
+        """Apply what is new in every partition, or about `max_records` of it (one read per
+        partition in turn, so that no partition waits behind another's backlog); returns
+        records applied."""
+        read_size = BULK_RECORDS if max_records is None else min(BULK_RECORDS, max_records)
         applied = 0
-        for p in range(len(self.offsets)):
-            while True:
-                records = self.log.read(self.topic, p, self.offsets[p], max_records=BULK_RECORDS)
+        progressed = True
+        while progressed and (max_records is None or applied < max_records):
+            progressed = False
+            for p in range(len(self.offsets)):
+                records = self.log.read(self.topic, p, self.offsets[p], max_records=read_size)
                 if not records:
-                    break
+                    continue
                 self._apply(records)
                 self.offsets[p] = records[-1].offset + 1
                 self._store_offsets()
                 applied += len(records)
+                progressed = True
         return applied
 
     def _apply(self, records: list[LogRecord]) -> None:

@@ -68,15 +68,20 @@ class ReplicaThread:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
 
-async def refresh_forever(worker: ReplicaThread, refresh: Callable[[], None], what: str) -> None:
-    """Apply the writer's new work every REFRESH_S; a failed round is logged and retried,
-    and the replica keeps serving what it has (readiness reports the staleness)."""
+async def refresh_forever(
+    worker: ReplicaThread, refresh: Callable[[], bool | None], what: str
+) -> None:
+    """Apply the writer's new work every REFRESH_S, or at once again while `refresh` says more
+    is waiting (each round is one task on the worker: other tasks run in between); a failed
+    round is logged and retried, and the replica keeps serving what it has (readiness reports
+    the staleness)."""
     while True:
+        more = False
         try:
-            await worker.run(refresh)
+            more = bool(await worker.run(refresh))
         except Exception:
             log.exception(what)
-        await asyncio.sleep(REFRESH_S)
+        await asyncio.sleep(0 if more else REFRESH_S)
 
 
 class LatestResult(Generic[T]):

@@ -1,5 +1,13 @@
 """A replica's view of `chunks.<generation>`: opened once Ingest has created the topic, then
-caught up from the log every REFRESH_S on the replica's worker thread (Shard<i>, Lexical)."""
+caught up from the log every REFRESH_S on the replica's worker thread (Shard<i>, Lexical).
+
+Searches run on that same thread (FAISS and tantivy objects are not shared across threads), so
+a backlog (a replica that restarted, a bulk load) is applied in slices of CATCH_UP_SLICE
+records, one thread task each, and the searches that arrive meanwhile run between two slices
+instead of behind the whole backlog. Until the view first reaches the end of the log it
+refuses searches (`BackendUnavailable`: the Router tries another replica) rather than answer
+from a partial index.
+"""
 
 from __future__ import annotations
 
@@ -12,9 +20,11 @@ from ragindex.app.serve.threads import ReplicaThread, refresh_forever
 from ragindex.errors import BackendUnavailable, InvalidInput
 from ragindex.protocols import Log
 
+CATCH_UP_SLICE = 2000  # records applied per thread task: one FAISS add or tantivy commit's worth
+
 
 class CatchesUp(Protocol):
-    def catch_up(self) -> object: ...
+    def catch_up(self, max_records: int | None = None) -> int: ...
 
 
 V = TypeVar("V", bound=CatchesUp)
@@ -37,25 +47,32 @@ class TopicView(Generic[V]):
     ) -> None:
         self.thread = ReplicaThread(thread_name)
         self.current: V | None = None
+        self.caught_up_once = False  # reached the end of the log at least once since opening
         self._log, self._topic, self._open_view, self._opening = log, topic, open_view, opening
         self._caught_up = caught_up  # after every catch-up, before any search sees it
         self._refresher = asyncio.get_running_loop().create_task(
             refresh_forever(self.thread, self._refresh, f"catch-up failed ({topic})")
         )
 
-    def _refresh(self) -> None:
+    def _refresh(self) -> bool:
+        """One slice of catch-up; True while more is waiting (refresh again at once)."""
         if self.current is None:
             try:
                 self._log.partitions(self._topic)
             except InvalidInput:
-                return  # Ingest has not created the topics yet
+                return False  # Ingest has not created the topics yet
             self.current = self._open_view()
-        self.current.catch_up()
+        applied = self.current.catch_up(CATCH_UP_SLICE)
         self._caught_up(self.current)
+        if applied < CATCH_UP_SLICE:
+            self.caught_up_once = True
+        return applied >= CATCH_UP_SLICE
 
     def get(self) -> V:
         if self.current is None:
             raise BackendUnavailable(self._opening)
+        if not self.caught_up_once:
+            raise BackendUnavailable(f"{self._opening}: catching up with the log")
         return self.current
 
     async def run(self, work: Callable[[V], T]) -> T:

@@ -54,3 +54,20 @@ def test_offsets_stored_without_their_index_location_replay_the_log(tmp_path: Pa
     assert index.count("a") == 4
     assert json.loads(offsets.read_text())["location"] == index.location()
     index.close()
+
+
+def test_a_bounded_catch_up_takes_every_partition_in_turn(tmp_path: Path) -> None:
+    """Applied in slices (the replica's searches run between them), a backlog in one
+    partition does not hold back the other's records."""
+    log = FileLog(tmp_path / "log")
+    log.ensure_topic(TOPIC, 2, compacted=True)
+    log.append(TOPIC, [record("a", n, f"lift wing {n}") for n in range(0, 40, 2)])  # partition 0
+    log.append(TOPIC, [record("a", 1, "lift wing 1")])  # partition 1
+    index = TantivyIndex.open(tmp_path / "bm25")
+    view = LexicalView(log, TOPIC, 2, index, tmp_path / "bm25-offsets.json")
+    assert view.catch_up(max_records=5) == 6  # five of partition 0, then partition 1's one
+    assert view.offsets == [5, 1]
+    assert view.catch_up(max_records=5) == 5 and view.offsets == [10, 1]
+    assert view.catch_up() == 10 and view.offsets == [20, 1]
+    assert view.catch_up(max_records=5) == 0 and index.count("a") == 21
+    index.close()
