@@ -48,3 +48,23 @@ def test_the_filter_union_stays_drawable() -> None:
     """A `oneOf` around the filter's shapes made the negative generator give up (Cannot generate
     an array with 1 demanded elements); the shapes exclude each other, so `anyOf` is exact."""
     assert '"oneOf"' not in DOCUMENT.read_text()
+
+
+def test_a_filter_bound_past_the_metadata_range_is_refused_as_its_schema_says() -> None:
+    """An int just past the bound (2**53 + 1) rounded onto it through the float branch and was
+    accepted, though the schema says it is out of range (found by the contract test)."""
+    from pydantic import TypeAdapter, ValidationError
+
+    from ragindex.router.access import Number
+    from ragindex.types import MAX_METADATA_INT
+
+    number = TypeAdapter(Number)
+    assert [number.validate_python(v) for v in (MAX_METADATA_INT, -MAX_METADATA_INT, 14.0)] == [
+        MAX_METADATA_INT,
+        -MAX_METADATA_INT,
+        14.0,
+    ]
+    for past in (MAX_METADATA_INT + 1, -MAX_METADATA_INT - 1, 1e300):
+        with pytest.raises(ValidationError):
+            number.validate_python(past)
+    assert all("minimum" in branch for branch in number.json_schema()["anyOf"])
