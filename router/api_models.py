@@ -7,8 +7,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
+    Strict,
     StrictBool,
     StrictFloat,
     StrictInt,
@@ -31,7 +33,7 @@ from ragindex.router.documents import (
     DocumentView,
     search_cursor_pattern,
 )
-from ragindex.router.grounded_answer import Count
+from ragindex.router.grounded_answer import Count, _whole_float
 from ragindex.router.query import MAX_QUERY_CHARS, SearchResult
 from ragindex.types import (
     ID_PART_PATTERN,
@@ -267,9 +269,9 @@ class DeleteByFilterRequest(_Strict):
         " caller's tenant's documents that its principals may read.",
         json_schema_extra=_any_of,
     )
-    max_documents: StrictInt = Field(
-        ge=1,
-        le=MAX_DELETE_DOCUMENTS,
+    max_documents: Annotated[
+        int, Strict(), Field(ge=1, le=MAX_DELETE_DOCUMENTS), BeforeValidator(_whole_float)
+    ] = Field(
         description="The most documents this may delete: if the filter matches more, nothing"
         " is deleted (409).",
     )

@@ -336,3 +336,18 @@ def test_the_served_schema_states_this_generations_cursor_syntax(api: Api) -> No
     delete = doc["paths"]["/v1/documents/delete"]["post"]["responses"]
     assert {"202", "409"} <= set(delete)
     assert "404" in doc["paths"]["/v1/documents/{source}/{doc_id}"]["get"]["responses"]
+
+
+def test_max_documents_is_an_integer_as_json_schema_means_it() -> None:
+    from pydantic import ValidationError
+
+    from ragindex.router.api_models import DeleteByFilterRequest
+
+    wiki = {"field": "source", "eq": "wiki"}
+    assert (
+        DeleteByFilterRequest.model_validate({"filter": wiki, "max_documents": 14.0}).max_documents
+        == 14
+    )
+    for bad in (14.5, 0, 1001, "3", True):
+        with pytest.raises(ValidationError):
+            DeleteByFilterRequest.model_validate({"filter": wiki, "max_documents": bad})
