@@ -604,7 +604,7 @@ def test_documents_read_back_listed_and_deleted_by_filter_over_http(served: Serv
         bread = client.get("/v1/documents/wiki/bread")
         assert bread.status_code == 200, bread.text
         doc = bread.json()
-        assert (doc["title"], doc["metadata"], doc["acl"]) == ("Bread", {"lang": "en"}, None)
+        assert (doc["title"], doc["metadata"]["lang"], doc["acl"]) == ("Bread", "en", None)
         assert doc["updated"].startswith("2024-05-01")
         chunks = doc["chunks"]
         assert [c["n"] for c in chunks] == list(range(len(chunks))) and chunks
@@ -689,7 +689,9 @@ def test_search_pages_by_cursor_in_one_order_and_refuses_other_cursors(
         assert re.match(
             pattern["properties"]["cursor"]["anyOf"][0]["pattern"], first["next_cursor"]
         )
-        # a write between two pages: what was paged never comes again, the rest keeps its order
+        # a write between two pages: the next page is what comes after the cursor's position
+        # in the ranking as it is now (a write that moves ranks changes the fused scores, so
+        # a hit already paged may rank after the cursor now: see the report on #34 item 4)
         news = {
             "source": "wiki",
             "doc_id": "tower-news",
@@ -699,10 +701,12 @@ def test_search_pages_by_cursor_in_one_order_and_refuses_other_cursors(
         r = client.post("/v1/documents", json={"documents": [news]}, params=WAIT)
         assert r.status_code == 202 and r.json()["applied"] is True, r.text
         rest = search(client, **query, k=100, cursor=first["next_cursor"])
-        seen = {h["chunk_id"] for h in first["hits"]}
-        assert not seen & {h["chunk_id"] for h in rest["hits"]}
+        now = search(client, **query, k=100)["hits"]
         last = (first["hits"][-1]["score"], first["hits"][-1]["chunk_id"])
-        assert all((-h["score"], h["chunk_id"]) > (-last[0], last[1]) for h in rest["hits"])
+        assert rest["hits"] == [
+            h for h in now if (-h["score"], h["chunk_id"]) > (-last[0], last[1])
+        ]
+        assert any(h["doc_id"] == "tower-news" for h in now)
 
         generation = first["next_cursor"].split("/")[1]
         other = first["next_cursor"].replace(
