@@ -26,6 +26,7 @@ from prometheus_client import (
 )
 from pydantic import WithJsonSchema
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from ragindex.config import LimitsSpec
 from ragindex.errors import (
@@ -166,6 +167,17 @@ def problem_response(
     )
 
 
+def allowed_methods(app: FastAPI, request: Request) -> list[str]:
+    """The methods of every route whose path matches the request's (Starlette's 405 names
+    only the first route that matched the path)."""
+    methods: set[str] = set()
+    for route in app.routes:
+        match, _ = route.matches({**request.scope, "method": "\x00"})
+        if match != Match.NONE:
+            methods |= set(getattr(route, "methods", None) or ())
+    return sorted(methods)
+
+
 def _replace_pattern(node: Any, old: str, new: str) -> None:
     """Every `pattern` equal to `old` in a JSON schema document becomes `new`, in place."""
     if isinstance(node, dict):
@@ -299,8 +311,11 @@ def create_app(
         return problem_response(code_for_error(err), str(cause) or type(cause).__name__)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, err: StarletteHTTPException) -> JSONResponse:
-        return problem_response(code_for_status(err.status_code), str(err.detail), err.headers)
+    async def _http(request: Request, err: StarletteHTTPException) -> JSONResponse:
+        headers = err.headers
+        if err.status_code == 405:  # every method the path takes, not only its first route's
+            headers = {**(headers or {}), "Allow": ", ".join(allowed_methods(app, request))}
+        return problem_response(code_for_status(err.status_code), str(err.detail), headers)
 
     @app.exception_handler(Exception)
     async def _internal(_: Request, err: Exception) -> JSONResponse:

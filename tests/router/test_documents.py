@@ -351,3 +351,11 @@ def test_max_documents_is_an_integer_as_json_schema_means_it() -> None:
     for bad in (14.5, 0, 1001, "3", True):
         with pytest.raises(ValidationError):
             DeleteByFilterRequest.model_validate({"filter": wiki, "max_documents": bad})
+
+
+def test_a_405_allows_every_method_of_the_path(api: Api) -> None:
+    client, _, h = api
+    r = client.options("/v1/documents", headers=h["eng"])
+    assert r.status_code == 405 and r.headers["allow"] == "GET, POST"
+    one = client.options("/v1/documents/wiki/a", headers=h["eng"])
+    assert one.status_code == 405 and one.headers["allow"] == "DELETE, GET"
