@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal, Self
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Discriminator,
     Field,
@@ -46,9 +47,22 @@ from ragindex.types import (
 )
 
 METADATA_FIELD_PATTERN = r"^metadata\..{1,64}$"
+
+
+def _not_an_int(value: object) -> object:
+    """An int is the other branch's: as a float, one just past the bound rounds onto it."""
+    if isinstance(value, int):
+        raise ValueError("an integer is bounded as an integer")
+    return value
+
+
 Number = (
     Annotated[StrictInt, Field(ge=-MAX_METADATA_INT, le=MAX_METADATA_INT)]
-    | Annotated[StrictFloat, Field(ge=-MAX_METADATA_INT, le=MAX_METADATA_INT)]
+    | Annotated[
+        StrictFloat,
+        BeforeValidator(_not_an_int),
+        Field(ge=-MAX_METADATA_INT, le=MAX_METADATA_INT),
+    ]
 )
 Scalar = (
     StrictBool | Number | Annotated[StrictStr, Field(max_length=MAX_METADATA_STRING_CHARS)] | None
