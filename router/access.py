@@ -60,8 +60,8 @@ Number = (
     Annotated[StrictInt, Field(ge=-MAX_METADATA_INT, le=MAX_METADATA_INT)]
     | Annotated[
         StrictFloat,
-        BeforeValidator(_not_an_int),
         Field(ge=-MAX_METADATA_INT, le=MAX_METADATA_INT),
+        BeforeValidator(_not_an_int),
     ]
 )
 Scalar = (
