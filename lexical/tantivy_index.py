@@ -146,10 +146,9 @@ class TantivyIndex:
         writer.commit()
         self._index.reload()
 
-    def upsert(self, chunks: Sequence[Chunk], *, versions: Sequence[int] | None = None) -> None:
+    def upsert(self, chunks: Sequence[Chunk]) -> None:
         """Replace-or-insert each chunk by (tenant, chunk id); visible when this returns.
-        A chunk with no BM25 term only removes its previous version (see is_searchable).
-        `versions` are not needed: one writer (this replica's view) applies the log in order."""
+        A chunk with no BM25 term only removes its previous version (see is_searchable)."""
         valid = validate_chunks(chunks)
         if not valid:
             return
@@ -175,9 +174,7 @@ class TantivyIndex:
                 writer.rollback()
                 raise
 
-    def delete(
-        self, tenant_id: str, chunk_ids: Sequence[str], *, versions: Sequence[int] | None = None
-    ) -> None:
+    def delete(self, tenant_id: str, chunk_ids: Sequence[str]) -> None:
         """Remove chunks of one tenant; unknown ids are ignored."""
         ids = validate_ids(tenant_id, chunk_ids)
         if not ids:
