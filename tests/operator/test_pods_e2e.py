@@ -51,6 +51,7 @@ REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "helm" / "ragindex-operator"
 EXAMPLE = REPO / "examples" / "ragindex-small.yaml"
 REPORT = CACHE / "reports" / "pods-e2e.json"
+FAILURE = CACHE / "reports" / "pods-e2e-failure.txt"
 NAMESPACE = "e2e"
 INDEX = "docs"
 # Sizes that fit a 2-core node: Ray keeps its logical CPUs per pod while the pods request a
@@ -186,6 +187,10 @@ class Node:
 
     def __init__(self, cluster: KubeCluster) -> None:
         self.kubectl = cluster.kubectl
+        self.started = time.monotonic()
+        # Each change of a generation's entry in status, as first seen: a failure prints the
+        # history, which the cluster's final state alone does not tell.
+        self.history: list[str] = []
 
     def show(self, *args: str) -> str:
         out = self.kubectl(*args, check=False).stdout
@@ -212,7 +217,18 @@ class Node:
             logs = self.kubectl("-n", NAMESPACE, "logs", pod, "--all-containers", "--tail=40",
                                 check=False)  # fmt: skip
             parts.append(f"--- {pod}\n{logs.stdout[-4000:]}{logs.stderr[-1000:]}")
-        return "\n".join(parts)
+        text = "\n".join(parts)
+        # CI keeps only the head and tail of a run's output: the whole state goes to a file
+        # that outlives the node, and the tail ends with where each generation stands.
+        FAILURE.parent.mkdir(parents=True, exist_ok=True)
+        FAILURE.write_text(text)
+        entries = "{range .status.generations[*]}{.id} {.phase} {.reason}{'\\n'}{end}"
+        self.show("-n", NAMESPACE, "get", "ragindex", INDEX, "-o", f"jsonpath={entries}")
+        self.show("logs", "-n", "ragindex-system", "deploy/ragindex-operator", "--tail=25")
+        print("the generations in status, each change as first seen:")
+        print("\n".join(self.history[-40:]))
+        print(f"(the cluster's whole state: {FAILURE})")
+        return text
 
     def ragindex(self) -> dict[str, Any]:
         out = self.kubectl("-n", NAMESPACE, "get", "ragindex", INDEX, "-o", "json").stdout
@@ -234,6 +250,12 @@ class Node:
         marked Failed never will (the operator does not retry it): fail at once, saying why."""
         index = self.ragindex()
         status = index.get("status") or {}
+        seen = [
+            f"{e.get('id')} {e.get('phase')} {e.get('progress', '')} {e.get('reason', '')}"
+            for e in status.get("generations") or []
+        ]
+        if not self.history or self.history[-1].split(" ", 1)[1] != " | ".join(seen):
+            self.history.append(f"{time.monotonic() - self.started:.0f}s {' | '.join(seen)}")
         for entry in status.get("generations") or []:
             if entry.get("id") == generation and entry.get("phase") == "Failed":
                 pytest.fail(
