@@ -184,18 +184,19 @@ def change_generation_live(
         while not stop_all.is_set():
             target = seed[n % SEED]
             with lock:
-                serving.refresh()
                 try:
+                    serving.refresh()
                     hits = serving.search(TENANT, target.title, 10, "hybrid", False).hits
-                except Exception as err:  # reported below
+                    found = es.search(index=alias, query={"match_all": {}}, size=1)
+                    index = found["hits"]["hits"][0]["_index"]
+                except Exception as err:  # reported below: a search must never fail
                     out.problems.append(f"search failed: {err!r}")
                     continue
+                finally:
+                    n += 1
                 if target.doc_id not in {h.chunk.doc_id for h in hits}:
                     out.problems.append(f"{target.doc_id} missing for its own title")
-                found = es.search(index=alias, query={"match_all": {}}, size=1)
-                index = found["hits"]["hits"][0]["_index"]
                 out.served.append(Served(switched, index, identities(serving)))
-            n += 1
 
     threads = [threading.Thread(target=f) for f in (writer, workers, searcher)]
     ensure_topics(main_log, new_topics)

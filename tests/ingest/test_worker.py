@@ -129,41 +129,27 @@ def test_failed_commit_is_redone_exactly_once(tmp_path: Path, minilm: Embedder) 
     assert counts and set(counts.values()) == {1}
 
 
-class FailOnce:
-    """Fault injection: the first append_and_commit fails, as a lost broker would; the later
-    ones go through."""
+class CommitFault:
+    """Fault injection on the next append_and_commit while `armed`: it fails as a lost broker
+    would (`lands=False`), or lands and then reports failure, as a Kafka commit_transaction
+    that timed out after the broker committed (`lands=True`). Later calls go through."""
 
-    def __init__(self, log: Log) -> None:
+    def __init__(self, log: Log, *, lands: bool, armed: bool) -> None:
         self.log = log
-        self.failed = False
+        self.lands = lands
+        self.armed = armed
 
     def __getattr__(self, name: str) -> object:
         return getattr(self.log, name)
 
     def append_and_commit(self, *args: object, **kwargs: object) -> list[int]:
-        if not self.failed:
-            self.failed = True
-            raise BackendUnavailable("log unavailable (injected)")
-        return self.log.append_and_commit(*args, **kwargs)  # type: ignore[arg-type]
-
-
-class LandsThenFails:
-    """Fault injection: the next append_and_commit lands, then reports failure, as a Kafka
-    commit_transaction that timed out after the broker committed."""
-
-    def __init__(self, log: Log) -> None:
-        self.log = log
+        if not self.armed:
+            return self.log.append_and_commit(*args, **kwargs)  # type: ignore[arg-type]
         self.armed = False
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self.log, name)
-
-    def append_and_commit(self, *args: object, **kwargs: object) -> list[int]:
-        offsets = self.log.append_and_commit(*args, **kwargs)  # type: ignore[arg-type]
-        if self.armed:
-            self.armed = False
-            raise BackendUnavailable("commit timed out (injected: it landed)")
-        return offsets
+        if not self.lands:
+            raise BackendUnavailable("log unavailable (injected)")
+        self.log.append_and_commit(*args, **kwargs)  # type: ignore[arg-type]
+        raise BackendUnavailable("commit timed out (injected: it landed)")
 
 
 def grow_then_delete_after_an_ambiguous_commit(
@@ -195,7 +181,7 @@ def test_a_delete_after_a_commit_that_landed_but_reported_failure_removes_every_
     tmp_path: Path, minilm: Embedder
 ) -> None:
     log = open_log(tmp_path / "log")
-    faulty = LandsThenFails(log)
+    faulty = CommitFault(log, lands=True, armed=False)
     grow_then_delete_after_an_ambiguous_commit(
         log,
         faulty,
@@ -244,7 +230,9 @@ def test_the_same_worker_redoes_a_failed_batch_from_the_committed_offsets(
     offsets again, so the retried batch (the Ingest loop's retry) is neither skipped nor doubled."""
     log = open_log(tmp_path / "log")
     put(log, "acme", [doc(i) for i in range(6)])
-    worker = IngestWorker(FailOnce(log), TOPICS, minilm, ChunkingSpec(), range(3))  # type: ignore[arg-type]
+    worker = IngestWorker(
+        CommitFault(log, lands=False, armed=True), TOPICS, minilm, ChunkingSpec(), range(3)
+    )  # type: ignore[arg-type]
     with pytest.raises(BackendUnavailable):
         worker.poll()
     while worker.poll():

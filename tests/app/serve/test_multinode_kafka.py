@@ -1,9 +1,6 @@
-"""The cluster runtime on Kafka across two Ray nodes on one machine, no shared path.
-
-A `ray.cluster_utils.Cluster` with two nodes, each with its own node root (RAGINDEX_NODE_ROOT)
-and its own copy of the tokens (RAGINDEX_AUTH_DIR, as a mounted Secret would be); the log is a
-real local Kafka broker. The rendered cluster config runs 2 dense shards x 2 replicas; the
-replicas land on both nodes and each builds its views from the log into its node's root.
+"""The cluster runtime on Kafka across two Ray nodes on one machine, no shared path
+(multinode.py). The rendered cluster config runs 2 dense shards x 2 replicas; the replicas land
+on both nodes and each builds its views from the log into its node's root.
 """
 
 from __future__ import annotations
@@ -11,9 +8,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
-import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,18 +16,14 @@ import httpx
 import pytest
 
 from ragindex.config import RagIndexSpec
-from ragindex.netutil import free_port
-from ragindex.router import create_token
 from ragindex.router.auth import TOKENS_FILE
-from ragindex.serve_config import AUTH_DIR_ENV, KAFKA_BOOTSTRAP_ENV, render_serve_config
 
+from .multinode import READY_BOUND_S, MultiNode, multinode_app, shard_replica_nodes
 from .readiness import wait_running_and_ready
 
 pytestmark = [pytest.mark.serve, pytest.mark.kafka, pytest.mark.slow]
 
 APP = "ragindex-multinode"
-NODE_ROOT_ENV = "RAGINDEX_NODE_ROOT"  # ragindex.app.serve.data_plane.NODE_ROOT_ENV
-READY_BOUND_S = 600.0
 REROUTE_BOUND_S = 180.0  # Serve notices the dead replicas and starts new ones
 WAIT = {"wait": "true", "wait_timeout_s": "60"}
 DOCS = [
@@ -48,90 +39,11 @@ DOCS = [
 ]
 
 
-@dataclass
-class MultiNode:
-    url: str
-    token: str
-    roots: list[Path]
-    kafka: Any
-    cluster: Any
-    config: dict[str, Any]
-    node_env: Any
-
-    def client(self) -> httpx.Client:
-        return httpx.Client(
-            base_url=self.url, headers={"Authorization": f"Bearer {self.token}"}, timeout=120
-        )
-
-
 @pytest.fixture(scope="module")
 def multinode(tmp_path_factory: pytest.TempPathFactory, kafka_server: Any) -> Iterator[MultiNode]:
-    import ray
-    from ray import serve
-    from ray.serve.context import _get_global_client
-    from ray.serve.schema import ServeDeploySchema
-
-    base = tmp_path_factory.mktemp("multinode")
-    token = create_token(base / "auth", "acme")
-    roots = [base / f"node{i}" for i in range(2)]
-    for root in roots:
-        (root / "auth").mkdir(parents=True)
-        shutil.copy(base / "auth" / TOKENS_FILE, root / "auth" / TOKENS_FILE)
-
-    def node_env(root: Path) -> dict[str, str]:
-        return {
-            NODE_ROOT_ENV: str(root),
-            AUTH_DIR_ENV: str(root / "auth"),
-            KAFKA_BOOTSTRAP_ENV: kafka_server.bootstrap,
-        }
-
-    cluster = start_cluster([node_env(r) for r in roots])
-    port = free_port()
     spec = RagIndexSpec.model_validate({"dense": {"shards": 2, "replicas": 2}})
-    config = render_serve_config(
-        spec,
-        name=APP,
-        namespace=f"t{uuid.uuid4().hex[:8]}",  # fresh topics on the session's broker
-        data_dir=str(base / "unused"),  # no replica writes here: node roots only
-        runtime="cluster",
-        host="127.0.0.1",
-        port=port,
-    )
-    config["proxy_location"] = "HeadOnly"  # two proxies cannot share one loopback port
-    ray.init(address=cluster.address, log_to_driver=False)
-    try:
-        serve.start(http_options=config["http_options"], proxy_location="HeadOnly")
-        client = _get_global_client()
-        assert client is not None
-        client.deploy_apps(ServeDeploySchema.model_validate(config))
-        app = MultiNode(
-            f"http://127.0.0.1:{port}", token, roots, kafka_server, cluster, config, node_env
-        )
-        wait_running_and_ready(app.client, APP, READY_BOUND_S)
+    with multinode_app(tmp_path_factory.mktemp("multinode"), kafka_server, spec, APP) as app:
         yield app
-    finally:
-        serve.shutdown()
-        ray.shutdown()
-        cluster.shutdown()
-
-
-def start_cluster(envs: list[dict[str, str]], attempts: int = 3) -> Any:
-    """Head + one node. Ray gives a raylet 30 s to register, which a loaded 2-core box can miss:
-    a node that did not come up is retried, the rest of the test is unchanged."""
-    from ray.cluster_utils import Cluster
-
-    for attempt in range(attempts):
-        cluster = Cluster()
-        try:
-            # the head alone can hold every replica, so losing the other node loses no capacity
-            cluster.add_node(num_cpus=10, env_vars=envs[0])
-            cluster.add_node(num_cpus=6, env_vars=envs[1])
-            return cluster
-        except Exception:
-            cluster.shutdown()
-            if attempt == attempts - 1:
-                raise
-    raise AssertionError("unreachable")
 
 
 def search(client: httpx.Client, query: str, **kw: Any) -> list[dict[str, Any]]:
@@ -170,20 +82,8 @@ def assert_every_replica_reported(app: MultiNode, replicas: dict[str, int]) -> N
             assert all(offsets[p] >= ends[p] > 0 for p in offsets), (view, offsets, ends)
 
 
-def shard_replica_nodes() -> list[str]:
-    """The node of every alive Shard replica, from the GCS's actor table (the dashboard's state
-    API, which `ray.util.state` needs, does not always start on a loaded box)."""
-    from ray._private.state import actors
-
-    return [
-        a["Address"]["NodeID"]
-        for a in actors().values()
-        if a["State"] == "ALIVE" and "Shard" in a["ActorClassName"] and APP in a["ActorClassName"]
-    ]
-
-
 def test_shard_replicas_on_both_nodes_serve_what_was_ingested(multinode: MultiNode) -> None:
-    shard_nodes = set(shard_replica_nodes())
+    shard_nodes = set(shard_replica_nodes(APP))
     assert len(shard_nodes) == 2, "shard replicas should run on both nodes"
     with multinode.client() as client:
         r = client.post("/v1/documents", json={"documents": DOCS}, params=WAIT)
@@ -263,7 +163,7 @@ def test_node_removed_under_query_load_then_a_new_replica_bootstraps(
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
         on_new_node = any((new_root / "replicas").glob("*/Shard*-*/shard"))
-        if len(shard_replica_nodes()) == 6 and on_new_node:
+        if len(shard_replica_nodes(APP)) == 6 and on_new_node:
             break
         time.sleep(1)
     assert any((new_root / "replicas").glob("*/Shard*-*/shard")), "no replica on the new node"
