@@ -106,4 +106,6 @@ def open_lexical(
         refresh_interval_s=min(1.0, spec.freshness_s),
         boosts=boosts,
         rm3=rm3,
+        # a delete's version outlives any replay that could still bring its chunk back
+        gc_deletes_s=spec.log.tombstone_retention_hours * 3600,
     )

@@ -15,6 +15,12 @@
   is configured explicitly with k1=1.2, b=0.75, so both backends rank alike. Title and body
   are two fields; a query is a bool `should` of boosted `term` clauses over the analysed
   terms (documents.field_clauses), the same sum of per-field scores that tantivy computes.
+- Several Lexical replicas write the same index, each replaying the log at its own pace: every
+  write carries the log offset of its record as an external version, so Elasticsearch keeps
+  the newest write of each chunk (an older one is refused as a version conflict, which is
+  success here). A delete's version is remembered for `index.gc_deletes`, set to how long the
+  log keeps a tombstone, so a replica replaying from the start cannot bring a deleted chunk
+  back meanwhile.
 - Every request has a timeout and no retries: a down or silent server raises
   BackendUnavailable within `timeout_s` (writes: `timeout_s` + the refresh interval).
 - Versions: the client major must match the server's. The test harness runs 8.19, the newest
@@ -60,6 +66,7 @@ GENERATION_RE = re.compile(r"^[a-z0-9][a-z0-9_]{0,63}$")
 BM25_K1 = 1.2
 BM25_B = 0.75
 _SIMILARITY = "ragindex_bm25"
+DEFAULT_GC_DELETES_S = 24 * 3600.0  # the log's default tombstone retention
 
 
 class BulkWriteError(RagIndexError):
@@ -86,7 +93,7 @@ def make_client(
 
 
 def index_template(
-    alias: str, refresh_interval_s: float, shards: int, replicas: int
+    alias: str, refresh_interval_s: float, shards: int, replicas: int, gc_deletes_s: float
 ) -> dict[str, Any]:
     """Settings and mappings for every generation of `alias` (pure, for tests and operators)."""
     return {
@@ -96,6 +103,7 @@ def index_template(
                 "number_of_shards": shards,
                 "number_of_replicas": replicas,
                 "refresh_interval": f"{round(refresh_interval_s * 1000)}ms",
+                "gc_deletes": f"{round(gc_deletes_s)}s",
                 "similarity": {_SIMILARITY: {"type": "BM25", "k1": BM25_K1, "b": BM25_B}},
             },
             "mappings": {
@@ -115,6 +123,15 @@ def index_template(
             },
         },
     }
+
+
+def _versions(versions: Sequence[int] | None, count: int) -> list[dict[str, Any]]:
+    """The bulk metadata of each write's external version (none without `versions`)."""
+    if versions is None:
+        return [{}] * count
+    if len(versions) != count or any(not isinstance(v, int) or v < 1 for v in versions):
+        raise InvalidInput(f"versions must be {count} ints >= 1, one per write")
+    return [{"version": v, "version_type": "external"} for v in versions]
 
 
 def access_clause(expr: TermExpr) -> dict[str, Any]:
@@ -164,6 +181,7 @@ class ElasticsearchIndex:
         boosts: FieldBoosts | None = None,
         rm3: Rm3Spec | None = None,
         stamp: Mapping[str, Any] | None = None,
+        gc_deletes_s: float = DEFAULT_GC_DELETES_S,
     ) -> None:
         if not isinstance(alias, str) or not ALIAS_RE.match(alias):
             raise InvalidInput(
@@ -171,8 +189,8 @@ class ElasticsearchIndex:
                 " starting with a letter (no '-': it separates alias and generation)"
             )
         self._check_generation(generation)
-        if not timeout_s > 0 or not refresh_interval_s > 0:
-            raise InvalidInput("timeout_s and refresh_interval_s must be positive")
+        if not timeout_s > 0 or not refresh_interval_s > 0 or not gc_deletes_s > 0:
+            raise InvalidInput("timeout_s, refresh_interval_s and gc_deletes_s must be positive")
         self._owns_client = isinstance(client, str)
         self._client = make_client(client, timeout_s) if isinstance(client, str) else client
         self.alias = alias
@@ -182,7 +200,7 @@ class ElasticsearchIndex:
         self.boosts = boosts or FieldBoosts()
         self.rm3 = rm3
         self.stamp = dict(stamp or {})  # e.g. the embedder identity, in the index's `_meta`
-        self._template = index_template(alias, refresh_interval_s, shards, replicas)
+        self._template = index_template(alias, refresh_interval_s, shards, replicas, gc_deletes_s)
         self._admin_timeout_s = max(30.0, 10 * timeout_s)
 
     @classmethod
@@ -312,26 +330,30 @@ class ElasticsearchIndex:
         failures: dict[str, str] = {}
         for chunk_id, item in zip(chunk_ids, resp["items"], strict=True):
             (op, result), *_ = item.items()
-            if "error" in result and not (op == "delete" and result.get("status") == 404):
+            missing = op == "delete" and result.get("status") == 404
+            newer_there = result.get("status") == 409  # an external version at or past ours
+            if "error" in result and not (missing or newer_there):
                 error = result["error"]
                 failures[chunk_id] = f"{error.get('type')}: {error.get('reason')}"
         if failures:
             raise BulkWriteError(failures)
 
-    def upsert(self, chunks: Sequence[Chunk]) -> None:
+    def upsert(self, chunks: Sequence[Chunk], *, versions: Sequence[int] | None = None) -> None:
         """Index (replace) each chunk by (tenant, chunk id); searchable when this returns.
-        A chunk with no BM25 term only removes its previous version (see is_searchable)."""
+        A chunk with no BM25 term only removes its previous version (see is_searchable).
+        With `versions`, a chunk whose stored version is as new or newer is left as it is."""
         valid = validate_chunks(chunks)
         if not valid:
             return
+        stamps = _versions(versions, len(chunks))
         index = self.index_name()
         ops: list[dict[str, Any]] = []
-        for c in valid:
-            doc_id = doc_key(c.tenant_id, c.chunk_id)
+        for c, version in zip(valid, stamps, strict=True):
+            target = {"_index": index, "_id": doc_key(c.tenant_id, c.chunk_id), **version}
             if not is_searchable(c):
-                ops.append({"delete": {"_index": index, "_id": doc_id}})
+                ops.append({"delete": target})
                 continue
-            ops.append({"index": {"_index": index, "_id": doc_id}})
+            ops.append({"index": target})
             ops.append(
                 {
                     **indexed_fields(c),
@@ -345,13 +367,21 @@ class ElasticsearchIndex:
             )
         self._bulk(ops, [c.chunk_id for c in valid])
 
-    def delete(self, tenant_id: str, chunk_ids: Sequence[str]) -> None:
-        """Remove chunks of one tenant; unknown ids are ignored."""
+    def delete(
+        self, tenant_id: str, chunk_ids: Sequence[str], *, versions: Sequence[int] | None = None
+    ) -> None:
+        """Remove chunks of one tenant; unknown ids are ignored. With `versions`, a chunk
+        stored with a newer version stays, and each delete's version is remembered for
+        `gc_deletes` (an older write arriving later is refused)."""
         ids = validate_ids(tenant_id, chunk_ids)
         if not ids:
             return
+        stamps = _versions(versions, len(chunk_ids))
         index = self.index_name()
-        ops = [{"delete": {"_index": index, "_id": doc_key(tenant_id, i)}} for i in ids]
+        ops = [
+            {"delete": {"_index": index, "_id": doc_key(tenant_id, i), **version}}
+            for i, version in zip(ids, stamps, strict=True)
+        ]
         self._bulk(ops, ids)
 
     def search(

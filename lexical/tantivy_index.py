@@ -146,9 +146,10 @@ class TantivyIndex:
         writer.commit()
         self._index.reload()
 
-    def upsert(self, chunks: Sequence[Chunk]) -> None:
+    def upsert(self, chunks: Sequence[Chunk], *, versions: Sequence[int] | None = None) -> None:
         """Replace-or-insert each chunk by (tenant, chunk id); visible when this returns.
-        A chunk with no BM25 term only removes its previous version (see is_searchable)."""
+        A chunk with no BM25 term only removes its previous version (see is_searchable).
+        `versions` are not needed: one writer (this replica's view) applies the log in order."""
         valid = validate_chunks(chunks)
         if not valid:
             return
@@ -174,7 +175,9 @@ class TantivyIndex:
                 writer.rollback()
                 raise
 
-    def delete(self, tenant_id: str, chunk_ids: Sequence[str]) -> None:
+    def delete(
+        self, tenant_id: str, chunk_ids: Sequence[str], *, versions: Sequence[int] | None = None
+    ) -> None:
         """Remove chunks of one tenant; unknown ids are ignored."""
         ids = validate_ids(tenant_id, chunk_ids)
         if not ids:

@@ -108,9 +108,10 @@ class TenantIndexes:
         if reader is not None:
             reader.reload()
 
-    def upsert(self, chunks: Sequence[Chunk]) -> None:
+    def upsert(self, chunks: Sequence[Chunk], *, versions: Sequence[int] | None = None) -> None:
         """Replace-or-insert each chunk in its tenant's index; visible when this returns.
-        The whole batch is validated first, so a bad one changes nothing."""
+        The whole batch is validated first, so a bad one changes nothing. One writer applies
+        the log in order: `versions` are not needed."""
         by_tenant: defaultdict[str, list[Chunk]] = defaultdict(list)
         for chunk in validate_chunks(chunks):
             by_tenant[chunk.tenant_id].append(chunk)
@@ -118,7 +119,9 @@ class TenantIndexes:
             self._writer(tenant).upsert(part)
             self._written(tenant)
 
-    def delete(self, tenant_id: str, chunk_ids: Sequence[str]) -> None:
+    def delete(
+        self, tenant_id: str, chunk_ids: Sequence[str], *, versions: Sequence[int] | None = None
+    ) -> None:
         """Remove chunks of one tenant; unknown ids (and tenants) are ignored."""
         ids = validate_ids(tenant_id, chunk_ids)
         if not ids or self._reader(tenant_id) is None:

@@ -82,21 +82,26 @@ class LexicalView:
         return applied
 
     def _apply(self, records: list[LogRecord]) -> None:
-        """Bulk calls; a key pending in the other kind of call flushes that one first."""
-        upserts: dict[tuple[str, str], Chunk] = {}
-        deletes: dict[tuple[str, str], None] = {}
+        """Bulk calls; a key pending in the other kind of call flushes that one first. Each
+        write carries its record's offset + 1 as its version (an index shared by several
+        replicas keeps the newest)."""
+        upserts: dict[tuple[str, str], tuple[Chunk, int]] = {}
+        deletes: dict[tuple[str, str], int] = {}
 
         def flush_upserts() -> None:
             if upserts:
-                self.index.upsert(list(upserts.values()))
+                chunks, versions = zip(*upserts.values(), strict=True)
+                self.index.upsert(list(chunks), versions=list(versions))
                 upserts.clear()
 
         def flush_deletes() -> None:
-            by_tenant: dict[str, list[str]] = {}
-            for tenant, chunk_id in deletes:
-                by_tenant.setdefault(tenant, []).append(chunk_id)
-            for tenant, ids in by_tenant.items():
-                self.index.delete(tenant, ids)
+            by_tenant: dict[str, tuple[list[str], list[int]]] = {}
+            for (tenant, chunk_id), version in deletes.items():
+                ids, versions = by_tenant.setdefault(tenant, ([], []))
+                ids.append(chunk_id)
+                versions.append(version)
+            for tenant, (ids, versions) in by_tenant.items():
+                self.index.delete(tenant, ids, versions=versions)
             deletes.clear()
 
         for record in records:
@@ -104,11 +109,11 @@ class LexicalView:
             if record.value is None:
                 if key in upserts:
                     flush_upserts()
-                deletes[key] = None
+                deletes[key] = record.offset + 1
             else:
                 if key in deletes:
                     flush_deletes()
-                upserts[key] = chunk_header(record.value)
+                upserts[key] = (chunk_header(record.value), record.offset + 1)
         flush_upserts()
         flush_deletes()
 

@@ -58,11 +58,18 @@ class DenseIndex(Protocol):
 
 
 class LexicalIndex(Protocol):
-    """BM25 over chunk text; the tenant is a required clause inside the query."""
+    """BM25 over chunk text; the tenant is a required clause inside the query.
 
-    def upsert(self, chunks: Sequence[Chunk]) -> None: ...
+    `versions` (one per chunk or id, increasing with each write of a key: the log offset of its
+    record, plus one) let an index written by several replicas at once (Elasticsearch) keep
+    the newest write of each chunk whatever order they arrive in; an index with one writer,
+    which applies the log in order, may ignore them."""
 
-    def delete(self, tenant_id: str, chunk_ids: Sequence[str]) -> None: ...
+    def upsert(self, chunks: Sequence[Chunk], *, versions: Sequence[int] | None = None) -> None: ...
+
+    def delete(
+        self, tenant_id: str, chunk_ids: Sequence[str], *, versions: Sequence[int] | None = None
+    ) -> None: ...
 
     def search(
         self, query: str, top_k: int, tenant_id: str, access: TermExpr | None = None

@@ -387,10 +387,12 @@ class RemoteLexical:
     def __init__(self, handle: DeploymentHandle) -> None:
         self.handle = handle
 
-    def upsert(self, chunks: Sequence[Any]) -> None:
+    def upsert(self, chunks: Sequence[Any], *, versions: Sequence[int] | None = None) -> None:
         raise InvalidInput("the Lexical deployment is a view of the log; send writes to Ingest")
 
-    def delete(self, tenant_id: str, chunk_ids: Sequence[str]) -> None:
+    def delete(
+        self, tenant_id: str, chunk_ids: Sequence[str], *, versions: Sequence[int] | None = None
+    ) -> None:
         raise InvalidInput("the Lexical deployment is a view of the log; send writes to Ingest")
 
     def search(

@@ -14,6 +14,7 @@ switch and from the new ones after, and every acknowledged write is in the new g
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 import uuid
@@ -29,6 +30,7 @@ from ragindex.app.serve.data_plane import ensure_topics
 from ragindex.app.serve.generation_report import ReportCut, generation_report
 from ragindex.app.serve.query_side import LocalQuerySide, SerializedEmbedder
 from ragindex.config import RagIndexSpec
+from ragindex.errors import BackendUnavailable
 from ragindex.generations import (
     BuildReport,
     changed_generation_fields,
@@ -184,8 +186,11 @@ def change_generation_live(
         while not stop_all.is_set():
             target = seed[n % SEED]
             with lock:
-                try:
+                # As a replica's refresh loop: a failed round (Elasticsearch slow to take a
+                # bulk write on a loaded box) is retried at the next; searches go on.
+                with contextlib.suppress(BackendUnavailable):
                     serving.refresh()
+                try:
                     hits = serving.search(TENANT, target.title, 10, "hybrid", False).hits
                     found = es.search(index=alias, query={"match_all": {}}, size=1)
                     index = found["hits"]["hits"][0]["_index"]
@@ -238,7 +243,8 @@ def change_generation_live(
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             with lock:
-                new_side.refresh()
+                with contextlib.suppress(BackendUnavailable):
+                    new_side.refresh()
                 out.indexed = new_side.dense.document_keys(TENANT) if new_side.dense else set()
             if keys <= out.indexed:
                 break

@@ -32,6 +32,8 @@ def test_mapping_and_bm25_settings(es_index: ElasticsearchIndex) -> None:
     name = es_index.index_name()
     settings = es.indices.get_settings(index=name)[name]["settings"]["index"]
     assert settings["similarity"]["ragindex_bm25"] == {"type": "BM25", "k1": "1.2", "b": "0.75"}
+    # A delete's version is kept as long as the log keeps its tombstone (a day by default).
+    assert settings["gc_deletes"] == "86400s"
     props = es.indices.get_mapping(index=name)[name]["mappings"]["properties"]
     for field in ("title", "body"):
         assert props[field]["analyzer"] == "standard"

@@ -68,3 +68,43 @@ def test_a_view_moved_to_another_backend_or_alias_replays_the_log_into_it(
         for index in (first, second):
             index.drop()
             index.close()
+
+
+def test_a_replica_replaying_from_the_start_never_undoes_a_newer_write(
+    es_server: EsServer, new_alias: Callable[[], str], tmp_path: Path
+) -> None:
+    """Lexical replicas share one Elasticsearch index, each at its own offsets: a replica
+    replaying from 0 wrote old versions over new ones and re-added deleted chunks until it
+    caught up (#29 item 6). Writes carry their record's offset as an external version."""
+    log = FileLog(tmp_path / "log")
+    log.ensure_topic(TOPIC, 1, compacted=True)
+
+    def chunk(n: int, text: str) -> Chunk:
+        return Chunk("a", f"wiki:{n}:0", "wiki", str(n), 0, "", text, text)
+
+    def put(c: Chunk | None, n: int) -> None:
+        value = None if c is None else encode_chunk(c, np.ones(4, np.float32))
+        log.append(TOPIC, [(0, chunk_key("a", f"wiki:{n}:0"), value)])
+
+    put(chunk(1, "old lighthouse"), 1)
+    put(chunk(1, "new beacon"), 1)
+    put(chunk(2, "deleted harbour"), 2)
+    put(None, 2)
+    alias = new_alias()
+    current = ElasticsearchIndex.open(es_server.url, alias, refresh_interval_s=0.2)
+    replaying = ElasticsearchIndex.open(es_server.url, alias, refresh_interval_s=0.2)
+    try:
+        caught_up = LexicalView(log, TOPIC, 1, current, tmp_path / "a" / "bm25-offsets.json")
+        assert caught_up.catch_up() == 4
+        fresh = LexicalView(log, TOPIC, 1, replaying, tmp_path / "b" / "bm25-offsets.json")
+        assert fresh.catch_up(max_records=1) == 1  # chunk 1's first version only
+        assert [h.chunk_id for h in current.search("beacon", 5, "a")] == ["wiki:1:0"]
+        assert current.search("lighthouse", 5, "a") == []
+        assert fresh.catch_up(max_records=2) == 2  # chunk 2's upsert, not yet its tombstone
+        assert current.search("harbour", 5, "a") == [] and current.count("a") == 1
+        assert fresh.catch_up() == 1 and current.count("a") == 1
+    finally:
+        current.drop()
+        current.close()
+        replaying.close()
+        log.close()
