@@ -33,3 +33,8 @@ class BackendUnavailable(RagIndexError):
 
 class OffsetOutOfRange(RagIndexError):
     """The requested log offset was compacted or truncated away: restart from a snapshot."""
+
+
+class TooManyMatches(RagIndexError):
+    """A bounded write (delete by filter) matches more documents than the request allows;
+    nothing was changed (HTTP 409): narrow the filter or raise the bound."""

@@ -13,7 +13,9 @@ it is `ragindex.app.serve.router_deployment`).
   token tool is `python -m ragindex.router.token_tool`);
 - `FailoverPolicy`, `Fault`, `next_try`: when a call fails over (the pure policy; the Ray handle
   calls that follow it are `ragindex.app.serve.handle_failover`);
-- `views_behind`, `ViewReport`: which view replicas have not applied a write yet (none: applied).
+- `views_behind`, `ViewReport`: which view replicas have not applied a write yet (none: applied);
+- `merge_summaries`, `page_documents`, `DocumentPage`, `bounded_deletes`: reading documents
+  back and the bounded delete by filter (`documents`: also the search and list cursors).
 """
 
 from typing import TYPE_CHECKING
@@ -24,6 +26,12 @@ if TYPE_CHECKING:
     from ragindex.router.applied import ViewReport, views_behind
     from ragindex.router.auth import Grant, TokenVerifier, create_token, tokens_path
     from ragindex.router.context import assemble_context
+    from ragindex.router.documents import (
+        DocumentPage,
+        bounded_deletes,
+        merge_summaries,
+        page_documents,
+    )
     from ragindex.router.failover import FailoverPolicy, Fault, next_try
     from ragindex.router.generators import (
         ExtractiveGenerator,
@@ -51,6 +59,7 @@ __all__ = [
     "AnswerResponse",
     "AnswerService",
     "Backend",
+    "DocumentPage",
     "ExtractiveGenerator",
     "FailoverPolicy",
     "Fault",
@@ -64,6 +73,7 @@ __all__ = [
     "TokenVerifier",
     "ViewReport",
     "assemble_context",
+    "bounded_deletes",
     "check_answer",
     "content_terms",
     "coverage",
@@ -71,7 +81,9 @@ __all__ = [
     "create_token",
     "engine_ms",
     "make_generator",
+    "merge_summaries",
     "next_try",
+    "page_documents",
     "tokens_path",
     "views_behind",
     "with_query_cache",
@@ -84,6 +96,7 @@ if not TYPE_CHECKING:
             "applied": ["ViewReport", "views_behind"],
             "auth": ["Grant", "TokenVerifier", "create_token", "tokens_path"],
             "context": ["assemble_context"],
+            "documents": ["DocumentPage", "bounded_deletes", "merge_summaries", "page_documents"],
             "failover": ["FailoverPolicy", "Fault", "next_try"],
             "generators": [
                 "ExtractiveGenerator",

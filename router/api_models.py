@@ -3,12 +3,14 @@ OpenAPI document states them and pydantic enforces exactly what it states."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
+    Strict,
     StrictBool,
     StrictFloat,
     StrictInt,
@@ -17,11 +19,21 @@ from pydantic import (
 )
 
 from ragindex.router.access import (
+    FilterIn,
     Principal,
     ReadScope,
     Timestamp,
+    _any_of,
 )
-from ragindex.router.grounded_answer import Count
+from ragindex.router.documents import (
+    LIST_CURSOR_MAX_CHARS,
+    LIST_CURSOR_PATTERN,
+    MAX_DELETE_DOCUMENTS,
+    SEARCH_CURSOR_MAX_CHARS,
+    DocumentView,
+    search_cursor_pattern,
+)
+from ragindex.router.grounded_answer import Count, _whole_float
 from ragindex.router.query import MAX_QUERY_CHARS, SearchResult
 from ragindex.types import (
     ID_PART_PATTERN,
@@ -131,27 +143,138 @@ class AcceptedResponse(BaseModel):
     )
 
 
+SearchCursor = Annotated[
+    StrictStr,
+    # The syntax is stated here and checked when the cursor is decoded, so that a cursor that
+    # does not decode (or names another index generation) is a 400 saying so; the served
+    # document names the generation it serves in the pattern (`create_app`).
+    WithJsonSchema(
+        {
+            "type": "string",
+            "maxLength": SEARCH_CURSOR_MAX_CHARS,
+            "pattern": search_cursor_pattern(),
+        }
+    ),
+]
+ListCursor = Annotated[
+    StrictStr,
+    WithJsonSchema(
+        {"type": "string", "maxLength": LIST_CURSOR_MAX_CHARS, "pattern": LIST_CURSOR_PATTERN}
+    ),
+]
+
+
 class SearchRequest(ReadScope):
-    query: StrictStr = Field(min_length=1, max_length=MAX_QUERY_CHARS, pattern=VISIBLE_PATTERN)
+    query: StrictStr = Field(
+        min_length=1,
+        max_length=MAX_QUERY_CHARS,
+        pattern=VISIBLE_PATTERN,
+        description="What to search for.",
+    )
     k: Count | None = Field(None, description="Hits to return (1..100).")
-    mode: Literal["hybrid", "dense", "lexical"] = "hybrid"
+    mode: Literal["hybrid", "dense", "lexical"] = Field(
+        "hybrid", description="Both legs fused by rank, or one leg alone."
+    )
     rerank: StrictBool | None = Field(None, description="Rerank; default: when configured.")
+    cursor: SearchCursor | None = Field(
+        None,
+        description="The `next_cursor` of the previous page of the same search (same query,"
+        " mode, k, filter and principals): the hits after it. Opaque: pass it back unchanged."
+        " A cursor of another index generation, or one that does not decode, is a 400.",
+    )
 
 
 class HitOut(BaseModel):
-    chunk_id: str
-    source: str
-    doc_id: str
-    title: str
-    text: str
-    score: float
+    chunk_id: str = Field(description="`{source}:{doc_id}:{n}`, stable across re-ingests.")
+    source: str = Field(description="The document's source.")
+    doc_id: str = Field(description="The document's id within its source.")
+    title: str = Field(description="The document's title.")
+    text: str = Field(description="The chunk's text.")
+    score: float = Field(
+        description="Fused (RRF) score, or the reranker's; hits are ordered by score"
+        " descending, then chunk id."
+    )
     ranks: dict[str, int] = Field(description="1-based rank of the chunk in each leg.")
 
 
 class SearchResponse(BaseModel):
-    hits: list[HitOut]
-    timings_ms: dict[str, float]
-    warnings: list[str] = []
+    hits: list[HitOut] = Field(description="Best first: score descending, then chunk id.")
+    timings_ms: dict[str, float] = Field(description="Milliseconds each stage took.")
+    warnings: list[str] = Field([], description="What degraded this result, if anything.")
+    next_cursor: str | None = Field(
+        None,
+        description="When this page is full: pass it as `cursor` to get the hits after it"
+        " (an empty page may follow); null when the results end here. Valid within this"
+        " index generation; writes between pages never repeat or reorder hits already paged.",
+    )
+
+
+class ChunkOut(BaseModel):
+    chunk_id: str = Field(description="`{source}:{doc_id}:{n}`.")
+    n: int = Field(description="Position of the chunk in its document, from 0.")
+    content_hash: str = Field(description="Hash of the chunk's text (unchanged text, same hash).")
+    text: str = Field(description="The chunk's text as indexed.")
+
+
+class DocumentOut(BaseModel):
+    """A document as this index holds it: its chunks in order and the fields they carry."""
+
+    source: str = Field(description="Where the document comes from.")
+    doc_id: str = Field(description="Its id within the source.")
+    title: str = Field(description="Its title.")
+    updated: str | None = Field(description="RFC 3339 time of its last change, if given.")
+    metadata: dict[str, Any] = Field(description="Its metadata, as given.")
+    acl: list[str] | None = Field(
+        description="The principals of its ACL that the caller holds (the ones that let it"
+        " read the document; others are not shown); null: no ACL, the whole tenant reads it."
+    )
+    chunks: list[ChunkOut] = Field(description="Its chunks in order.")
+
+    @classmethod
+    def from_view(cls, view: DocumentView) -> DocumentOut:
+        return cls(
+            source=view.source,
+            doc_id=view.doc_id,
+            title=view.title,
+            updated=view.updated,
+            metadata=view.metadata,
+            acl=view.acl,
+            chunks=[
+                ChunkOut(chunk_id=c.chunk_id, n=c.n, content_hash=c.content_hash, text=c.text)
+                for c in view.chunks
+            ],
+        )
+
+
+class DocumentListItem(BaseModel):
+    source: str = Field(description="Where the document comes from.")
+    doc_id: str = Field(description="Its id within the source.")
+    title: str = Field(description="Its title.")
+    chunks: int = Field(description="How many chunks it has in the index.")
+    updated: str | None = Field(description="RFC 3339 time of its last change, if given.")
+
+
+class DocumentListResponse(BaseModel):
+    documents: list[DocumentListItem] = Field(
+        description="The caller's tenant's documents it may read, by (source, doc_id)."
+    )
+    next_cursor: str | None = Field(
+        description="Pass it as `cursor` for the next page; null: the listing ends here."
+    )
+
+
+class DeleteByFilterRequest(_Strict):
+    filter: FilterIn = Field(
+        description="The documents to delete: the filter language of a search, over the"
+        " caller's tenant's documents that its principals may read.",
+        json_schema_extra=_any_of,
+    )
+    max_documents: Annotated[
+        int, Strict(), Field(ge=1, le=MAX_DELETE_DOCUMENTS), BeforeValidator(_whole_float)
+    ] = Field(
+        description="The most documents this may delete: if the filter matches more, nothing"
+        " is deleted (409).",
+    )
 
 
 class StatsResponse(BaseModel):

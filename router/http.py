@@ -25,7 +25,9 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+from pydantic import WithJsonSchema
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from ragindex.config import LimitsSpec
 from ragindex.errors import (
@@ -38,6 +40,10 @@ from ragindex.router.access import (
 )
 from ragindex.router.api_models import (
     AcceptedResponse,
+    DeleteByFilterRequest,
+    DocumentListItem,
+    DocumentListResponse,
+    DocumentOut,
     GenerationReport,
     Problem,
     ReadyResponse,
@@ -48,6 +54,21 @@ from ragindex.router.api_models import (
     hit_out,
 )
 from ragindex.router.auth import Grant, TokenRefused, TokenVerifier
+from ragindex.router.documents import (
+    DEFAULT_LIST_LIMIT,
+    LIST_CURSOR_MAX_CHARS,
+    LIST_CURSOR_PATTERN,
+    MAX_LIST_LIMIT,
+    After,
+    DocKey,
+    DocumentPage,
+    decode_list_cursor,
+    decode_search_cursor,
+    document_view,
+    encode_list_cursor,
+    encode_search_cursor,
+    search_cursor_pattern,
+)
 from ragindex.router.grounded_answer import Answer, AnswerRequest, AnswerResponse
 from ragindex.router.limits import TenantLimiter
 from ragindex.router.middleware import BodyLimit, Metrics
@@ -65,10 +86,12 @@ from ragindex.router.query import Access, SearchResult
 from ragindex.router.ui_page import add_ui
 from ragindex.types import (
     ID_PART_PATTERN,
+    Chunk,
     Document,
 )
 
 MAX_BODY_BYTES = 16 * 1024 * 1024
+ANY_GENERATION = "00000000"  # what an app told no generation names in its cursors
 MAX_WAIT_S = 60.0  # the longest a writer may wait for read-your-writes
 API_VERSION = "v1"
 
@@ -84,7 +107,20 @@ class Backend(Protocol):
         mode: str,
         rerank: bool | None,
         access: Access | None = None,
+        after: After | None = None,
     ) -> SearchResult: ...
+
+    async def document(
+        self, tenant_id: str, source: str, doc_id: str, access: Access
+    ) -> list[Chunk]: ...
+
+    async def list_documents(
+        self, tenant_id: str, access: Access, after: DocKey | None, limit: int
+    ) -> DocumentPage: ...
+
+    async def delete_matching(
+        self, tenant_id: str, access: Access, max_documents: int, wait_s: float | None
+    ) -> dict[str, Any]: ...
 
     async def upsert(
         self, tenant_id: str, documents: list[Document], wait_s: float | None
@@ -130,6 +166,30 @@ def problem_response(
         headers=headers,
         media_type=PROBLEM_MEDIA_TYPE,
     )
+
+
+def allowed_methods(app: FastAPI, request: Request) -> list[str]:
+    """The methods of every route whose path matches the request's (Starlette's 405 names
+    only the first route that matched the path)."""
+    methods: set[str] = set()
+    for route in app.routes:
+        match, _ = route.matches({**request.scope, "method": "\x00"})
+        if match != Match.NONE:
+            methods |= set(getattr(route, "methods", None) or ())
+    return sorted(methods)
+
+
+def _replace_pattern(node: Any, old: str, new: str) -> None:
+    """Every `pattern` equal to `old` in a JSON schema document becomes `new`, in place."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "pattern" and value == old:
+                node[key] = new
+            else:
+                _replace_pattern(value, old, new)
+    elif isinstance(node, list):
+        for item in node:
+            _replace_pattern(item, old, new)
 
 
 # ---------------------------------------------------------------- the app
@@ -197,10 +257,14 @@ def create_app(
     limits: LimitsSpec | None = None,
     clock: Callable[[], float] = time.monotonic,
     report_token: str | None = None,
+    cursor_generation: str | None = None,
 ) -> FastAPI:
     """The v1 API over one backend; each app has its own Prometheus registry and per-tenant
     limiter (`limits`: the spec's, else the defaults). `report_token`: the credential
-    /v1/generation asks of its reader (the cluster's operator); without one, any API token."""
+    /v1/generation asks of its reader (the cluster's operator); without one, any API token.
+    `cursor_generation`: the index generation the backend serves, which its search cursors
+    name (and its OpenAPI document's cursor pattern; None: any generation's cursor decodes, for
+    the reference docs and tests)."""
     limiter = TenantLimiter(limits or LimitsSpec())
     registry = registry or CollectorRegistry()
     requests = Counter(
@@ -231,7 +295,12 @@ def create_app(
         error here is `application/problem+json`, so its schema is added by hand."""
         doc = generated_openapi()  # cached by FastAPI: the addition is made once
         schemas = doc.setdefault("components", {}).setdefault("schemas", {})
-        schemas.setdefault("Problem", Problem.model_json_schema())
+        if "Problem" not in schemas:
+            schemas["Problem"] = Problem.model_json_schema()
+            if cursor_generation is not None:  # its cursors: its generation's only
+                _replace_pattern(
+                    doc, search_cursor_pattern(), search_cursor_pattern(cursor_generation)
+                )
         return doc
 
     app.openapi = openapi_with_problem  # type: ignore[method-assign]
@@ -246,8 +315,11 @@ def create_app(
         return problem_response(code_for_error(err), str(cause) or type(cause).__name__)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, err: StarletteHTTPException) -> JSONResponse:
-        return problem_response(code_for_status(err.status_code), str(err.detail), err.headers)
+    async def _http(request: Request, err: StarletteHTTPException) -> JSONResponse:
+        headers = err.headers
+        if err.status_code == 405:  # every method the path takes, not only its first route's
+            headers = {**(headers or {}), "Allow": ", ".join(allowed_methods(app, request))}
+        return problem_response(code_for_status(err.status_code), str(err.detail), headers)
 
     @app.exception_handler(Exception)
     async def _internal(_: Request, err: Exception) -> JSONResponse:
@@ -347,6 +419,127 @@ def create_app(
         """Delete a document through the log; its chunks are tombstoned and never returned."""
         return AcceptedResponse(**await backend.delete(tenant_id, source, doc_id, wait_for))
 
+    @app.get(
+        "/v1/documents/{source}/{doc_id}",
+        response_model=DocumentOut,
+        tags=["documents"],
+        operation_id="get_document",
+        responses={
+            **AUTH_ERRORS,
+            404: _error(
+                "No such document in the caller's tenant that its principals may read (the"
+                " same answer whether it exists for others or not)."
+            ),
+            409: BACKEND_ERRORS[409],
+            422: _error("A path segment is malformed (names it)."),
+            503: BACKEND_ERRORS[503],
+        },
+    )
+    async def get_document(
+        source: Annotated[str, Path(pattern=ID_PART_PATTERN, description="The source.")],
+        doc_id: Annotated[str, Path(pattern=ID_PART_PATTERN, description="The document id.")],
+        grant: Grant = Depends(caller),  # noqa: B008 (FastAPI's idiom)
+    ) -> DocumentOut:
+        """The caller's tenant's document as indexed: its chunks in order with their ids and
+        content hashes, its title, metadata and the part of its ACL the caller holds. What the
+        index holds: a write shows here once applied (`?wait=true` on the write)."""
+        access = reads(ReadScope(), grant)
+        chunks = await backend.document(grant.tenant, source, doc_id, access)
+        view = document_view(chunks, access.principals)
+        if view is None:
+            raise HTTPException(
+                status_code=404,
+                detail=f"no document {source}/{doc_id} that this token may read",
+            )
+        return DocumentOut.from_view(view)
+
+    @app.get(
+        "/v1/documents",
+        response_model=DocumentListResponse,
+        tags=["documents"],
+        operation_id="list_documents",
+        responses={
+            **AUTH_ERRORS,
+            400: _error("The cursor is not one this API made (says why)."),
+            409: BACKEND_ERRORS[409],
+            422: _error("A query parameter is malformed (names it)."),
+            503: BACKEND_ERRORS[503],
+        },
+    )
+    async def list_documents(
+        grant: Grant = Depends(caller),  # noqa: B008 (FastAPI's idiom)
+        limit: int = Query(
+            DEFAULT_LIST_LIMIT,
+            ge=1,
+            le=MAX_LIST_LIMIT,
+            description=f"Documents per page (1..{MAX_LIST_LIMIT}).",
+        ),
+        cursor: Annotated[
+            str | None,
+            Query(
+                description="The `next_cursor` of the previous page (opaque: pass it back"
+                " unchanged); absent: the first page."
+            ),
+            # a string when given (a query parameter is never null); its syntax is checked
+            # when it is decoded, so that a cursor this API did not make is a 400 saying so
+            WithJsonSchema(
+                {
+                    "type": "string",
+                    "maxLength": LIST_CURSOR_MAX_CHARS,
+                    "pattern": LIST_CURSOR_PATTERN,
+                }
+            ),
+        ] = None,
+    ) -> DocumentListResponse:
+        """The caller's tenant's documents that its principals may read, a page at a time in
+        (source, doc_id) order: a document written or deleted between pages shows or not,
+        none already listed comes again."""
+        after = None if cursor is None else decode_list_cursor(cursor)
+        access = reads(ReadScope(), grant)
+        page = await backend.list_documents(grant.tenant, access, after, limit)
+        return DocumentListResponse(
+            documents=[
+                DocumentListItem(
+                    source=d.source,
+                    doc_id=d.doc_id,
+                    title=d.title,
+                    chunks=d.chunks,
+                    updated=d.updated,
+                )
+                for d in page.documents
+            ],
+            next_cursor=None if page.next_after is None else encode_list_cursor(page.next_after),
+        )
+
+    @app.post(
+        "/v1/documents/delete",
+        response_model=AcceptedResponse,
+        status_code=202,
+        tags=["documents"],
+        operation_id="delete_documents_by_filter",
+        responses={
+            **AUTH_ERRORS,
+            **BACKEND_ERRORS,
+            **BODY_ERRORS,
+            409: _error(
+                "The filter matches more documents than `max_documents` (nothing was"
+                " deleted), or the index is not set up for the request."
+            ),
+        },
+    )
+    async def delete_by_filter(
+        body: DeleteByFilterRequest,
+        grant: Grant = Depends(caller),  # noqa: B008 (FastAPI's idiom)
+        wait_for: float | None = Depends(wait_s),
+    ) -> AcceptedResponse:
+        """Delete every document of the caller's tenant that the filter matches and its
+        principals may read, through the log (one tombstone each), or none if they are more
+        than `max_documents`. 202 once the tombstones are durable; `?wait=true` as for
+        upserts. What matches is what the index holds when it looks."""
+        access = reads(ReadScope.model_construct(filter=body.filter, principals=None), grant)
+        done = await backend.delete_matching(grant.tenant, access, body.max_documents, wait_for)
+        return AcceptedResponse(**done)
+
     @app.post(
         "/v1/search",
         response_model=SearchResponse,
@@ -360,11 +553,19 @@ def create_app(
     ) -> SearchResponse:
         """Hybrid (or single-leg) search within the caller's tenant, over the chunks its
         principals may read and its `filter` selects (both applied inside every leg)."""
+        after = (
+            None if body.cursor is None else decode_search_cursor(body.cursor, cursor_generation)
+        )
         access = reads(body, grant)
         result = await backend.search(
-            grant.tenant, body.query, body.k, body.mode, body.rerank, access
+            grant.tenant, body.query, body.k, body.mode, body.rerank, access, after
         )
-        return hit_out(result)
+        out = hit_out(result)
+        if result.next_after is not None:
+            out.next_cursor = encode_search_cursor(
+                cursor_generation or ANY_GENERATION, result.next_after
+            )
+        return out
 
     @app.post(
         "/v1/answer",

@@ -15,6 +15,7 @@ from ragindex.errors import (
     InvalidInput,
     NotConfigured,
     TooLarge,
+    TooManyMatches,
 )
 
 MEDIA_TYPE = "application/problem+json"
@@ -36,6 +37,9 @@ PROBLEMS: dict[str, ProblemKind] = {
     "method-not-allowed": ProblemKind(405, "The resource does not take this method"),
     "not-configured": ProblemKind(409, "The index is not set up for this request"),
     "identity-mismatch": ProblemKind(409, "The index was built by another embedding model"),
+    "too-many-matches": ProblemKind(
+        409, "The filter matches more documents than the request allows; nothing was changed"
+    ),
     "too-large": ProblemKind(413, "Larger than the limit"),
     "invalid-request": ProblemKind(422, "The body does not match the schema"),
     "rate-limited": ProblemKind(429, "The tenant is over its concurrency or rate limit"),
@@ -57,6 +61,8 @@ def code_for_error(err: BaseException) -> str:
     err = unwrapped(err)
     if isinstance(err, IdentityMismatch):
         return "identity-mismatch"
+    if isinstance(err, TooManyMatches):
+        return "too-many-matches"
     if isinstance(err, NotConfigured):
         return "not-configured"
     if isinstance(err, TooLarge):

@@ -27,6 +27,7 @@ from ragindex.filters import Filter, TermExpr, compile_access, matches
 from ragindex.fusion import reciprocal_rank_fusion
 from ragindex.passages import passage_text
 from ragindex.protocols import DenseIndex, Embedder, LexicalIndex, Reranker, Vectors
+from ragindex.router.documents import is_after, sort_key
 from ragindex.types import Chunk, Hit, ScoredId, refuse_surrogates, validate_tenant
 
 Mode = Literal["hybrid", "dense", "lexical"]
@@ -62,6 +63,9 @@ class SearchResult:
     hits: list[Hit]
     timings_ms: dict[str, float] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    # Where the next page starts (the last hit's score and chunk id) when this page is full;
+    # None when it ends the results.
+    next_after: tuple[float, str] | None = None
 
 
 def engine_ms(timings_ms: dict[str, float]) -> float:
@@ -133,9 +137,14 @@ class QueryEngine:
         mode: str = "hybrid",
         rerank: bool | None = None,
         access: Access | None = None,
+        after: tuple[float, str] | None = None,
     ) -> SearchResult:
         """Hybrid (or single-leg) search for one tenant; the tenant filter, the caller's
-        principals and the request's filter are inside each leg (`access`)."""
+        principals and the request's filter are inside each leg (`access`).
+
+        Hits are ordered by (score descending, chunk id ascending); `after` (a search
+        cursor's position) returns the page of hits strictly after it. Pages run through the
+        fused candidates of the legs (reranked: the reranker's pool), as deep as they go."""
         tenant_id = validate_tenant(tenant_id)
         query, k, checked_mode = validate_search(query, self.fusion.top_k if k is None else k, mode)
         use_rerank = self.reranker is not None if rerank is None else rerank
@@ -186,7 +195,13 @@ class QueryEngine:
             weights = {"dense": self.fusion.dense_weight, "lexical": self.fusion.lexical_weight}
             if len(legs) == 1:  # one leg alone keeps its own order, whatever its weight
                 weights = {}
-            pool = reciprocal_rank_fusion(legs, k=self.fusion.rrf_k, weights=weights, top=pool_size)
+            fused = reciprocal_rank_fusion(legs, k=self.fusion.rrf_k, weights=weights)
+            # one total order for every page: score, then chunk id (RRF breaks its ties by
+            # the best single rank first, which a cursor of (score, chunk id) cannot resume)
+            fused.sort(key=lambda f: sort_key(f.score, f.chunk_id))
+            if not use_rerank:  # reranked pages are cut after the reranker's order, below
+                fused = [f for f in fused if is_after(f.score, f.chunk_id, after)]
+            pool = fused[:pool_size]
         with _timed(timings, "fetch"):
             found = self.chunks.get_chunks(tenant_id, [f.chunk_id for f in pool])
         # A chunk deleted, or re-written with another ACL or metadata, between the leg search
@@ -203,8 +218,12 @@ class QueryEngine:
             for fused_rank, (hit, score) in enumerate(zip(hits, scores, strict=True), start=1):
                 hit.ranks["fused"] = fused_rank
                 hit.score = float(score)
-            hits.sort(key=lambda h: -h.score)
+            hits.sort(key=lambda h: sort_key(h.score, h.chunk.chunk_id))
+            hits = [h for h in hits if is_after(h.score, h.chunk.chunk_id, after)]
         result.hits = hits[:k]
+        if len(result.hits) == k:
+            last = result.hits[-1]
+            result.next_after = (last.score, last.chunk.chunk_id)
         return result
 
     def _dense_leg(

@@ -398,6 +398,41 @@ class LogShardReplica:
         with self._texts_lock:
             return {(c.source, c.doc_id) for c in self.texts.get(tenant_id, {}).values()}
 
+    def _readable(self, tenant_id: str, access: TermExpr | None) -> frozenset[str] | None:
+        """The tenant's chunk ids `access` selects (None: no access expression, all)."""
+        if access is None:
+            return None
+        return self.postings.get(tenant_id, TermPostings()).select(access)
+
+    def document_chunks(
+        self, tenant_id: str, source: str, doc_id: str, access: TermExpr | None = None
+    ) -> list[Chunk]:
+        """This shard's chunks of one document of the tenant that `access` selects."""
+        prefix = f"{source}:{doc_id}:"  # ids are {source}:{doc_id}:{n}; neither part has ':'
+        allowed = self._readable(tenant_id, access)
+        with self._texts_lock:
+            return [
+                c
+                for cid, c in self.texts.get(tenant_id, {}).items()
+                if cid.startswith(prefix) and (allowed is None or cid in allowed)
+            ]
+
+    def document_summaries(
+        self, tenant_id: str, access: TermExpr | None = None
+    ) -> dict[tuple[str, str], tuple[int, str, str | None]]:
+        """(source, doc_id) -> (its chunks here, title, updated) of every document of the
+        tenant with a chunk here that `access` selects."""
+        allowed = self._readable(tenant_id, access)
+        found: dict[tuple[str, str], tuple[int, str, str | None]] = {}
+        with self._texts_lock:
+            for cid, c in self.texts.get(tenant_id, {}).items():
+                if allowed is not None and cid not in allowed:
+                    continue
+                key = (c.source, c.doc_id)
+                had = found.get(key)
+                found[key] = (1 + (had[0] if had else 0), c.title, c.updated)
+        return found
+
 
 def texts_head(path: Path) -> dict[str, Any]:
     """The fields of a snapshot's texts file other than its chunks (read whole: small next to

@@ -110,5 +110,19 @@ class ReplicaDenseIndex(ReadOnlyDense):
     def documents(self, tenant_id: str) -> int:
         return len(self.document_keys(tenant_id))
 
+    def document_chunks(
+        self, tenant_id: str, source: str, doc_id: str, access: TermExpr | None = None
+    ) -> list[Chunk]:
+        """The chunks of one document that `access` selects, from every shard."""
+        return [
+            c for r in self.replicas for c in r.document_chunks(tenant_id, source, doc_id, access)
+        ]
+
+    def document_summaries(
+        self, tenant_id: str, access: TermExpr | None = None
+    ) -> list[dict[tuple[str, str], tuple[int, str, str | None]]]:
+        """Each shard's summaries of the tenant's documents that `access` selects."""
+        return [r.document_summaries(tenant_id, access) for r in self.replicas]
+
     def offsets(self) -> list[int]:
         return [r.offset for r in self.replicas]

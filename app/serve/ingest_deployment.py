@@ -171,6 +171,22 @@ class Ingest:
         self._appended.set()
         return {"source": source, "doc_id": doc_id, "partition": partition, "offset": offset}
 
+    async def delete_many(
+        self, tenant_id: str, keys: list[tuple[str, str]]
+    ) -> list[dict[str, Any]]:
+        """Append a tombstone for each document (source, doc_id), in one append; where each
+        landed once durable, in order."""
+        tenant = validate_tenant(tenant_id)
+        if not keys:
+            return []
+        records = [docs_tombstone(tenant, s, d, self.topics.docs_partitions) for s, d in keys]
+        offsets = await self.accepting.run(self._append, records)
+        self._appended.set()
+        return [
+            {"source": s, "doc_id": d, "partition": r[0], "offset": o}
+            for (s, d), r, o in zip(keys, records, offsets, strict=True)
+        ]
+
     async def batch_traces(self) -> list[dict[str, Any]]:
         """The worker's latest batches and when each step ended (ingest.worker.BatchTrace)."""
         return await self.worker_thread.run(lambda: [asdict(t) for t in self.worker.traces])

@@ -54,6 +54,7 @@ from ragindex.router import (
     AnswerService,
     QueryEngine,
     SearchResult,
+    merge_summaries,
     views_behind,
     with_query_cache,
 )
@@ -68,6 +69,9 @@ from ragindex.shards import (
 )
 from ragindex.topics import plane_snapshots_topic, plane_topics
 from ragindex.types import Chunk, ModelIdentity, ScoredId
+
+Summaries = dict[tuple[str, str], tuple[int, str, str | None]]
+"""(source, doc_id) -> (chunks, title, updated) of a tenant's documents."""
 
 
 def catching_up(progress: dict[str, list[int]], targets: list[int]) -> str | None:
@@ -293,10 +297,23 @@ class LocalQuerySide:
         mode: str,
         rerank: bool | None,
         access: Access | None = None,
+        after: tuple[float, str] | None = None,
     ) -> SearchResult:
         if self.engine is None:
             raise BackendUnavailable("the index is still opening; retry shortly")
-        return self.engine.search(tenant_id, query, k, mode, rerank, access)
+        return self.engine.search(tenant_id, query, k, mode, rerank, access, after)
+
+    def document(self, tenant_id: str, source: str, doc_id: str, access: Access) -> list[Chunk]:
+        """The chunks of one document of the tenant that `access` may read."""
+        if self.dense is None:
+            raise BackendUnavailable("the index is still opening; retry shortly")
+        return self.dense.document_chunks(tenant_id, source, doc_id, access.expression())
+
+    def document_summaries(self, tenant_id: str, access: Access) -> Summaries:
+        """Every document of the tenant that `access` selects: (chunks, title, updated)."""
+        if self.dense is None:
+            raise BackendUnavailable("the index is still opening; retry shortly")
+        return merge_summaries(self.dense.document_summaries(tenant_id, access.expression()))
 
     def answer(self, tenant_id: str, question: str, k: int, access: Access | None = None) -> Answer:
         if self.engine is None or self.embedder is None:
@@ -381,6 +398,26 @@ class RemoteDenseIndex(ReadOnlyDense):
 
     def documents(self, tenant_id: str) -> int:
         return len(self.document_keys(tenant_id))
+
+    def document_chunks(
+        self, tenant_id: str, source: str, doc_id: str, access: TermExpr | None = None
+    ) -> list[Chunk]:
+        """The chunks of one document that `access` selects, from every Shard<i>."""
+        found = handle_failover.call_all(
+            [
+                partial(s.document_chunks.remote, tenant_id, source, doc_id, access)
+                for s in self.shards
+            ]
+        )
+        return [c for chunks in found for c in chunks]
+
+    def document_summaries(self, tenant_id: str, access: TermExpr | None = None) -> list[Summaries]:
+        """Each Shard<i>'s summaries of the tenant's documents that `access` selects."""
+        return list(
+            handle_failover.call_all(
+                [partial(s.document_summaries.remote, tenant_id, access) for s in self.shards]
+            )
+        )
 
 
 class RemoteLexical:
@@ -487,8 +524,17 @@ class ClusterQuerySide:
         mode: str,
         rerank: bool | None,
         access: Access | None = None,
+        after: tuple[float, str] | None = None,
     ) -> SearchResult:
-        return self.engine.search(tenant_id, query, k, mode, rerank, access)
+        return self.engine.search(tenant_id, query, k, mode, rerank, access, after)
+
+    def document(self, tenant_id: str, source: str, doc_id: str, access: Access) -> list[Chunk]:
+        """The chunks of one document of the tenant that `access` may read."""
+        return self.dense.document_chunks(tenant_id, source, doc_id, access.expression())
+
+    def document_summaries(self, tenant_id: str, access: Access) -> Summaries:
+        """Every document of the tenant that `access` selects: (chunks, title, updated)."""
+        return merge_summaries(self.dense.document_summaries(tenant_id, access.expression()))
 
     def answer(self, tenant_id: str, question: str, k: int, access: Access | None = None) -> Answer:
         if self.answers is None:

@@ -31,10 +31,19 @@ from ragindex.config import RagIndexSpec
 from ragindex.errors import BackendUnavailable
 from ragindex.generations import index_generation
 from ragindex.protocols import Log
-from ragindex.router import Access, Answer, SearchResult, TokenVerifier, create_app
+from ragindex.router import (
+    Access,
+    Answer,
+    DocumentPage,
+    SearchResult,
+    TokenVerifier,
+    bounded_deletes,
+    create_app,
+    page_documents,
+)
 from ragindex.serve_config import REPORT_TOKEN_ENV, ROUTER, Runtime
 from ragindex.topics import plane_topics
-from ragindex.types import Document
+from ragindex.types import Chunk, Document
 
 SEARCH_THREADS = 4
 ANSWER_THREADS = 2
@@ -95,6 +104,7 @@ class Router:
             self.verifier,
             limits=self.spec.limits,
             report_token=os.environ.get(REPORT_TOKEN_ENV) or None,
+            cursor_generation=index_generation(self.spec),
         )
 
     # Backend protocol for router.http
@@ -107,8 +117,35 @@ class Router:
         mode: str,
         rerank: bool | None,
         access: Access | None = None,
+        after: tuple[float, str] | None = None,
     ) -> SearchResult:
-        return await self.searches.run(self.side.search, tenant_id, query, k, mode, rerank, access)
+        return await self.searches.run(
+            self.side.search, tenant_id, query, k, mode, rerank, access, after
+        )
+
+    async def document(
+        self, tenant_id: str, source: str, doc_id: str, access: Access
+    ) -> list[Chunk]:
+        return await self.searches.run(self.side.document, tenant_id, source, doc_id, access)
+
+    async def list_documents(
+        self, tenant_id: str, access: Access, after: tuple[str, str] | None, limit: int
+    ) -> DocumentPage:
+        summaries = await self.searches.run(self.side.document_summaries, tenant_id, access)
+        return page_documents(summaries, after, limit)
+
+    async def delete_matching(
+        self, tenant_id: str, access: Access, max_documents: int, wait_s: float | None
+    ) -> dict[str, Any]:
+        """Tombstone every document of the tenant that `access` selects, in one append, or
+        none of them (TooManyMatches) when they are more than `max_documents`. What matches
+        is what this Router's views hold when it looks."""
+        summaries = await self.searches.run(self.side.document_summaries, tenant_id, access)
+        keys = bounded_deletes(summaries, max_documents)
+        if not keys:
+            return {"accepted": [], "applied": None if wait_s is None else True}
+        accepted: list[dict[str, Any]] = await self.ingest.delete_many.remote(tenant_id, keys)
+        return {"accepted": accepted, "applied": await self._wait(accepted, wait_s)}
 
     async def upsert(
         self, tenant_id: str, documents: list[Document], wait_s: float | None

@@ -107,5 +107,17 @@ class ShardServer:
     async def documents(self, tenant_id: str) -> set[tuple[str, str]]:
         return await self.replica.run(lambda v: v.documents(tenant_id))
 
+    async def document_chunks(
+        self, tenant_id: str, source: str, doc_id: str, access: TermExpr | None = None
+    ) -> list[Chunk]:
+        return await self.replica.run(
+            lambda v: v.document_chunks(tenant_id, source, doc_id, access)
+        )
+
+    async def document_summaries(
+        self, tenant_id: str, access: TermExpr | None = None
+    ) -> dict[tuple[str, str], tuple[int, str, str | None]]:
+        return await self.replica.run(lambda v: v.document_summaries(tenant_id, access))
+
     def __del__(self) -> None:
         self.replica.close(lambda replica: replica.snapshot())

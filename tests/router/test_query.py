@@ -20,9 +20,9 @@ import pytest
 from ragindex.app import EmbeddedIndex
 from ragindex.config import LexicalSpec, RagIndexSpec
 from ragindex.errors import BackendUnavailable, IdentityMismatch
-from ragindex.filters import TermExpr
+from ragindex.filters import TermExpr, parse_filter
 from ragindex.protocols import DenseIndex, LexicalIndex, Vectors
-from ragindex.router import QueryEngine, engine_ms
+from ragindex.router import Access, QueryEngine, engine_ms
 from ragindex.router.query import LEG_STAGES, LEGS_WALL
 from ragindex.types import Document, ModelIdentity, ScoredId
 
@@ -205,3 +205,39 @@ def test_a_failing_dense_leg_fails_the_search_after_the_lexical_leg_ended(
         query_engine(engine, lexical, dense, pool, "dense-only").search(TENANT, QUERY, k=5)
     assert dense.met_lexical
     assert lexical.finished.is_set()  # no BM25 search outlives the search that asked for it
+
+
+def test_pages_after_a_cursor_follow_the_whole_results_order(engine: EmbeddedIndex) -> None:
+    """The engine's hits are in one total order (score desc, chunk id), and `after` pages
+    through it: pages of 2 give the whole result, each naming where the next starts."""
+    for mode in ("hybrid", "dense", "lexical"):
+        whole = engine.query.search(TENANT, QUERY, k=len(TOPICS), mode=mode)
+        expected = [(h.score, h.chunk.chunk_id) for h in whole.hits]
+        assert expected == sorted(expected, key=lambda h: (-h[0], h[1])) and expected
+        paged: list[tuple[float, str]] = []
+        after = None
+        while True:
+            page = engine.query.search(TENANT, QUERY, k=2, mode=mode, after=after)
+            paged += [(h.score, h.chunk.chunk_id) for h in page.hits]
+            if page.next_after is None:
+                assert len(page.hits) < 2
+                break
+            assert page.next_after == paged[-1]
+            after = page.next_after
+        assert paged == expected, mode
+
+
+def test_the_local_views_read_a_document_back_and_summarize_the_tenant(
+    engine: EmbeddedIndex,
+) -> None:
+    chunks = engine.side.document(TENANT, "papers", "d2", Access(principals=frozenset()))
+    assert chunks and {c.doc_id for c in chunks} == {"d2"} and chunks[0].title == TOPICS[2]
+    assert engine.side.document(TENANT, "papers", "d2", Access(principals=frozenset())) == chunks
+    assert engine.side.document("other", "papers", "d2", Access()) == []
+    summaries = engine.side.document_summaries(TENANT, Access())
+    assert set(summaries) == {("papers", f"d{n}") for n in range(len(TOPICS))}
+    assert summaries[("papers", "d2")][0] == len(chunks)
+    papers = Access(filter=parse_filter({"field": "source", "eq": "papers"}))
+    assert set(engine.side.document_summaries(TENANT, papers)) == set(summaries)
+    none = Access(filter=parse_filter({"field": "source", "eq": "elsewhere"}))
+    assert engine.side.document_summaries(TENANT, none) == {}

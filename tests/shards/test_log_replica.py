@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from ragindex.config import HnswSpec
+from ragindex.filters import compile_access, parse_filter
 from ragindex.log import FileLog
 from ragindex.records import chunk_key, encode_chunk
 from ragindex.shards import LogShardReplica, log_replica
@@ -214,3 +215,42 @@ def test_counting_documents_while_the_views_thread_applies_never_fails(tmp_path:
         sys.setswitchinterval(switch)
     assert not errors, errors[0]
     assert len(r.documents("a")) == 4000
+
+
+def test_a_documents_chunks_and_summaries_under_an_access_expression(tmp_path: Path) -> None:
+    """Reading a document back: its chunks only (not those of a document whose id it starts
+    with), per tenant, under the same access expression a search runs; a tombstoned chunk is
+    gone."""
+    log = FileLog(tmp_path / "log")
+    log.ensure_topic(TOPIC, 1, compacted=True)
+
+    def part(tenant: str, doc: str, n: int, acl: tuple[str, ...] | None) -> Chunk:
+        return Chunk(
+            tenant, f"hr:{doc}:{n}", "hr", doc, n, doc.upper(), f"{doc} {n}", f"h{n}", acl=acl
+        )
+
+    chunks = [part("a", "pay", n, ("group:ops",)) for n in range(3)]
+    chunks += [part("a", "pay2", 0, None), part("b", "pay", 0, None)]
+    log.append(
+        TOPIC,
+        [(0, chunk_key(c.tenant_id, c.chunk_id), encode_chunk(c, vector(c.n))) for c in chunks],
+    )
+    log.append(TOPIC, [(0, chunk_key("a", "hr:pay:2"), None)])
+    r = replica(log, tmp_path / "node1")
+    r.catch_up()
+    ops = compile_access(None, frozenset({"group:ops"}))
+    eng = compile_access(None, frozenset({"group:eng"}))
+    assert sorted(c.chunk_id for c in r.document_chunks("a", "hr", "pay")) == [
+        "hr:pay:0",
+        "hr:pay:1",
+    ]
+    assert len(r.document_chunks("a", "hr", "pay", ops)) == 2
+    assert r.document_chunks("a", "hr", "pay", eng) == []
+    assert [c.tenant_id for c in r.document_chunks("b", "hr", "pay", eng)] == ["b"]
+    assert r.document_summaries("a") == {
+        ("hr", "pay"): (2, "PAY", None),
+        ("hr", "pay2"): (1, "PAY2", None),
+    }
+    assert r.document_summaries("a", eng) == {("hr", "pay2"): (1, "PAY2", None)}
+    elsewhere = compile_access(parse_filter({"field": "source", "eq": "nope"}), None)
+    assert r.document_summaries("a", elsewhere) == {}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -590,3 +591,131 @@ def test_errors_are_problem_details_with_a_stable_type(
         r = client.post("/v1/search", json={"query": "lamp"})
         problem_of(r, "unauthorized", 401)
         assert r.headers["www-authenticate"] == "Bearer"
+
+
+def test_documents_read_back_listed_and_deleted_by_filter_over_http(served: ServedApp) -> None:
+    """A tenant of its own, over the same DOCS and SALARY_DOCS: a document as indexed (404
+    alike when absent, unreadable or another tenant's), the paged listing, and a bounded
+    delete by filter that refuses past its bound and changes nothing."""
+    gamma = create_token(served.data_dir, "gamma")
+    ops = create_token(served.data_dir, "gamma", ["group:ops"])
+    eng = create_token(served.data_dir, "gamma", ["group:eng"])
+    delta = create_token(served.data_dir, "delta", ["group:ops"])
+    with served.client(gamma) as client:
+        r = client.post("/v1/documents", json={"documents": DOCS + SALARY_DOCS}, params=WAIT)
+        assert r.status_code == 202 and r.json()["applied"] is True, r.text
+        bread = client.get("/v1/documents/wiki/bread")
+        assert bread.status_code == 200, bread.text
+        doc = bread.json()
+        assert (doc["title"], doc["metadata"]["lang"], doc["acl"]) == ("Bread", "en", None)
+        assert doc["updated"].startswith("2024-05-01")
+        chunks = doc["chunks"]
+        assert [c["n"] for c in chunks] == list(range(len(chunks))) and chunks
+        assert [c["chunk_id"] for c in chunks] == [f"wiki:bread:{n}" for n in range(len(chunks))]
+        assert all(re.fullmatch("[0-9a-f]{32}", c["content_hash"]) for c in chunks)
+        assert "flour" in " ".join(c["text"] for c in chunks)
+        absent = client.get("/v1/documents/wiki/no-such-doc")
+        unreadable = client.get("/v1/documents/hr/bands")  # ACL group:ops
+    with served.client(delta) as client:
+        foreign = client.get("/v1/documents/wiki/bread")
+        assert client.get("/v1/documents").json()["documents"] == []
+    for r in (absent, unreadable, foreign):
+        assert r.status_code == 404 and r.json()["code"] == "not-found", r.text
+        assert r.headers["content-type"] == "application/problem+json"
+    with served.client(eng) as client:
+        assert client.get("/v1/documents/hr/bands").status_code == 404
+        review = client.get("/v1/documents/hr/review").json()
+        assert review["acl"] == ["group:eng"]  # not the ACL's other principal
+
+    everything = sorted((d["source"], d["doc_id"]) for d in DOCS + SALARY_DOCS)
+    with served.client(ops) as client:
+        listed: list[tuple[str, str]] = []
+        cursor = None
+        pages = 0
+        while True:
+            params: dict[str, Any] = {"limit": 2, **({"cursor": cursor} if cursor else {})}
+            r = client.get("/v1/documents", params=params)
+            assert r.status_code == 200, r.text
+            listed += [(d["source"], d["doc_id"]) for d in r.json()["documents"]]
+            pages += 1
+            cursor = r.json()["next_cursor"]
+            if cursor is None:
+                break
+        assert listed == everything and pages == 3
+        bad = client.get("/v1/documents", params={"cursor": "not-a-cursor"})
+        assert bad.status_code == 400 and bad.json()["code"] == "invalid-input", bad.text
+        hr = {"field": "source", "eq": "hr"}
+        over = client.post("/v1/documents/delete", json={"filter": hr, "max_documents": 1})
+        assert over.status_code == 409 and over.json()["code"] == "too-many-matches", over.text
+        assert "matches 2 documents" in over.json()["detail"]
+        time.sleep(1.0)  # past the views' refresh: nothing was deleted
+        assert client.get("/v1/documents/hr/bands").status_code == 200
+        done = client.post(
+            "/v1/documents/delete", json={"filter": hr, "max_documents": 2}, params=WAIT
+        )
+        assert done.status_code == 202, done.text
+        assert [a["doc_id"] for a in done.json()["accepted"]] == ["bands", "review"]
+        assert done.json()["applied"] is True
+        assert client.get("/v1/documents/hr/bands").status_code == 404
+        left = [(d["source"], d["doc_id"]) for d in client.get("/v1/documents").json()["documents"]]
+        assert left == [k for k in everything if k[0] != "hr"]
+        found = search(client, "salary", k=100)["hits"]
+        assert found and not any(h["source"] == "hr" for h in found)
+    with served.client(gamma) as client:  # no principals: documents without an ACL only
+        listed_public = [d["doc_id"] for d in client.get("/v1/documents").json()["documents"]]
+        assert listed_public == ["bread", "lighthouse", "salary-faq", "volcano"]
+
+
+def test_search_pages_by_cursor_in_one_order_and_refuses_other_cursors(
+    served: ServedApp,
+) -> None:
+    token = create_token(served.data_dir, "epsilon")
+    query = {"query": "a tower, a volcano, bread or salary", "mode": "hybrid"}
+    with served.client(token) as client:
+        r = client.post("/v1/documents", json={"documents": DOCS + SALARY_DOCS}, params=WAIT)
+        assert r.status_code == 202 and r.json()["applied"] is True, r.text
+        whole = search(client, **query, k=100)
+        assert whole["next_cursor"] is None  # fewer hits than k: the results end here
+        expected = [(h["score"], h["chunk_id"]) for h in whole["hits"]]
+        assert expected == sorted(expected, key=lambda h: (-h[0], h[1])) and len(expected) >= 4
+        paged: list[tuple[float, str]] = []
+        body = search(client, **query, k=1)
+        while True:
+            paged += [(h["score"], h["chunk_id"]) for h in body["hits"]]
+            if body["next_cursor"] is None:
+                break
+            body = search(client, **query, k=1, cursor=body["next_cursor"])
+        assert paged == expected
+
+        first = search(client, **query, k=2)
+        pattern = client.get("/openapi.json").json()["components"]["schemas"]["SearchRequest"]
+        assert re.match(
+            pattern["properties"]["cursor"]["anyOf"][0]["pattern"], first["next_cursor"]
+        )
+        # a write between two pages: the next page is what comes after the cursor's position
+        # in the ranking as it is now (a write that moves ranks changes the fused scores, so
+        # a hit already paged may rank after the cursor now: see the report on #34 item 4)
+        news = {
+            "source": "wiki",
+            "doc_id": "tower-news",
+            "title": "Tower",
+            "text": "A tower with a lamp near a volcano; bread and salary news.",
+        }
+        r = client.post("/v1/documents", json={"documents": [news]}, params=WAIT)
+        assert r.status_code == 202 and r.json()["applied"] is True, r.text
+        rest = search(client, **query, k=100, cursor=first["next_cursor"])
+        now = search(client, **query, k=100)["hits"]
+        last = (first["hits"][-1]["score"], first["hits"][-1]["chunk_id"])
+        assert rest["hits"] == [
+            h for h in now if (-h["score"], h["chunk_id"]) > (-last[0], last[1])
+        ]
+        assert any(h["doc_id"] == "tower-news" for h in now)
+
+        generation = first["next_cursor"].split("/")[1]
+        other = first["next_cursor"].replace(
+            f"s1/{generation}/", "s1/ffffffff/" if generation != "ffffffff" else "s1/00000000/"
+        )
+        for bad in (other, "s1/zz", "x" * 10):
+            r = client.post("/v1/search", json={**query, "cursor": bad})
+            assert r.status_code == 400 and r.json()["code"] == "invalid-input", r.text
+            assert "cursor" in r.json()["detail"]

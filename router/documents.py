@@ -1,0 +1,191 @@
+"""Reading documents back, paging, and the decisions of a bounded delete: pure functions.
+
+- A search cursor (`search_after`): the last hit's (score, chunk id) and the index generation
+  that ranked it. Hits are ordered by (score descending, chunk id ascending), a total order,
+  so the next page is the hits strictly after the cursor: a write between two pages may add or
+  remove hits, never repeat or reorder the ones already paged past. A cursor names its
+  generation: another generation ranks by other vectors, so its cursor is refused.
+- A list cursor: the last (source, doc_id) of a page of the tenant's documents, listed in
+  that order; the next page starts strictly after it.
+- A delete by filter takes the documents it matched, all of them or (over its bound) none.
+
+The cursors are opaque to clients (pass them back unchanged); their syntax is one regular
+expression each, which the OpenAPI document states, so a cursor the schema accepts decodes.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ragindex.errors import InvalidInput, TooManyMatches
+from ragindex.types import ID_PART_PATTERN, Chunk
+
+MAX_LIST_LIMIT = 1000
+DEFAULT_LIST_LIMIT = 100
+MAX_DELETE_DOCUMENTS = 1000
+GENERATION_PATTERN = r"[0-9a-f]{8}"
+_ID = ID_PART_PATTERN[1:-1]
+_SCORE = r"-?[0-9]{1,20}(?:\.[0-9]{1,20})?(?:e[-+][0-9]{1,3})?"
+SEARCH_CURSOR_MAX_CHARS = 2 * 256 + 64
+LIST_CURSOR_MAX_CHARS = 2 * 256 + 8
+
+
+def search_cursor_pattern(generation: str | None = None) -> str:
+    """The syntax of a search cursor; with `generation`, only that generation's cursors."""
+    gen = re.escape(generation) if generation is not None else GENERATION_PATTERN
+    return rf"^s1/({gen})/({_SCORE})/({_ID}:{_ID}:[0-9]{{1,9}})$"
+
+
+LIST_CURSOR_PATTERN = rf"^d1:({_ID}):({_ID})$"
+_SEARCH_RE = re.compile(search_cursor_pattern())
+_LIST_RE = re.compile(LIST_CURSOR_PATTERN)
+
+After = tuple[float, str]
+"""A position in a search's order: hits strictly after (score, chunk id) come next."""
+DocKey = tuple[str, str]
+
+
+def sort_key(score: float, chunk_id: str) -> tuple[float, str]:
+    """The order of a search's hits: score descending, then chunk id ascending."""
+    return (-score, chunk_id)
+
+
+def is_after(score: float, chunk_id: str, after: After | None) -> bool:
+    """Whether a hit comes strictly after the cursor position `after` (None: the start)."""
+    return after is None or sort_key(score, chunk_id) > sort_key(*after)
+
+
+def encode_search_cursor(generation: str, after: After) -> str:
+    score, chunk_id = after
+    if not math.isfinite(score):
+        raise ValueError(f"a cursor needs a finite score, got {score!r}")
+    return f"s1/{generation}/{score!r}/{chunk_id}"
+
+
+def decode_search_cursor(cursor: str, generation: str | None) -> After:
+    """The position a search cursor names; InvalidInput if it is malformed or was made by
+    another index generation than `generation` (None: any)."""
+    found = _SEARCH_RE.match(cursor) if len(cursor) <= SEARCH_CURSOR_MAX_CHARS else None
+    if found is None:
+        raise InvalidInput(
+            "cursor is not a search cursor of this API: pass back a `next_cursor` unchanged"
+        )
+    made_by, score, chunk_id = found.groups()
+    if generation is not None and made_by != generation:
+        raise InvalidInput(
+            f"cursor was made by index generation {made_by}, this index serves {generation}:"
+            " start the search again without a cursor"
+        )
+    value = float(score)
+    if not math.isfinite(value):
+        raise InvalidInput("cursor is not a search cursor of this API: its score is not finite")
+    return value, chunk_id
+
+
+def encode_list_cursor(key: DocKey) -> str:
+    return f"d1:{key[0]}:{key[1]}"
+
+
+def decode_list_cursor(cursor: str) -> DocKey:
+    found = _LIST_RE.match(cursor) if len(cursor) <= LIST_CURSOR_MAX_CHARS else None
+    if found is None:
+        raise InvalidInput(
+            "cursor is not a document list cursor of this API: pass back a `next_cursor` unchanged"
+        )
+    source, doc_id = found.groups()
+    return source, doc_id
+
+
+@dataclass(frozen=True)
+class DocumentSummary:
+    """One document of a listing: what its chunks say about it."""
+
+    source: str
+    doc_id: str
+    title: str
+    chunks: int
+    updated: str | None = None
+
+
+@dataclass
+class DocumentPage:
+    documents: list[DocumentSummary]
+    next_after: DocKey | None
+
+
+def merge_summaries(
+    parts: Iterable[dict[DocKey, tuple[int, str, str | None]]],
+) -> dict[DocKey, tuple[int, str, str | None]]:
+    """Per-shard document summaries ((source, doc_id) -> (chunks, title, updated)) as one:
+    a document's chunks lie on several shards, so their counts add up."""
+    merged: dict[DocKey, tuple[int, str, str | None]] = {}
+    for part in parts:
+        for key, (count, title, updated) in part.items():
+            had = merged.get(key)
+            merged[key] = (count + (had[0] if had else 0), title, updated)
+    return merged
+
+
+def page_documents(
+    summaries: dict[DocKey, tuple[int, str, str | None]], after: DocKey | None, limit: int
+) -> DocumentPage:
+    """The `limit` documents after `after` in (source, doc_id) order; `next_after` is the last
+    of them when more follow (None: this page ends the listing)."""
+    if not 1 <= limit <= MAX_LIST_LIMIT:
+        raise InvalidInput(f"limit must be in 1..{MAX_LIST_LIMIT}, got {limit}")
+    keys = sorted(k for k in summaries if after is None or k > after)
+    page = keys[:limit]
+    docs = [
+        DocumentSummary(k[0], k[1], summaries[k][1], summaries[k][0], summaries[k][2]) for k in page
+    ]
+    return DocumentPage(docs, page[-1] if len(keys) > limit else None)
+
+
+def bounded_deletes(matched: Collection[DocKey], max_documents: int) -> list[DocKey]:
+    """The documents a delete by filter removes: every one it matched, in (source, doc_id)
+    order; TooManyMatches (nothing is deleted) when they are more than `max_documents`."""
+    if not 1 <= max_documents <= MAX_DELETE_DOCUMENTS:
+        raise InvalidInput(
+            f"max_documents must be in 1..{MAX_DELETE_DOCUMENTS}, got {max_documents}"
+        )
+    if len(matched) > max_documents:
+        raise TooManyMatches(
+            f"the filter matches {len(matched)} documents, more than max_documents"
+            f" ({max_documents}): nothing was deleted"
+        )
+    return sorted(matched)
+
+
+@dataclass
+class DocumentView:
+    """A document as indexed: its chunks in order, and the fields they carry."""
+
+    source: str
+    doc_id: str
+    title: str
+    updated: str | None
+    metadata: dict[str, Any]
+    acl: list[str] | None
+    chunks: list[Chunk] = field(default_factory=list)
+
+
+def document_view(
+    chunks: Sequence[Chunk], principals: Collection[str] | None
+) -> DocumentView | None:
+    """The document its chunks make (None without any), in chunk order. Its ACL as the caller
+    sees it: the principals of the ACL that the caller holds (`principals` None: the
+    operator, who sees all of it); the rest of the ACL names others and is not shown."""
+    if not chunks:
+        return None
+    ordered = sorted(chunks, key=lambda c: c.n)
+    first = ordered[0]
+    acl = None
+    if first.acl is not None:
+        acl = [p for p in first.acl if principals is None or p in principals]
+    return DocumentView(
+        first.source, first.doc_id, first.title, first.updated, dict(first.metadata), acl, ordered
+    )
