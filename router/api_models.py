@@ -205,7 +205,8 @@ class SearchResponse(BaseModel):
         None,
         description="When this page is full: pass it as `cursor` to get the hits after it"
         " (an empty page may follow); null when the results end here. Valid within this"
-        " index generation; writes between pages never repeat or reorder hits already paged.",
+        " index generation. Pages follow the (score, chunk id) order: a hit is paged again"
+        " or skipped only if a write between pages moved its score across the cursor.",
     )
 
 

@@ -2,9 +2,11 @@
 
 - A search cursor (`search_after`): the last hit's (score, chunk id) and the index generation
   that ranked it. Hits are ordered by (score descending, chunk id ascending), a total order,
-  so the next page is the hits strictly after the cursor: a write between two pages may add or
-  remove hits, never repeat or reorder the ones already paged past. A cursor names its
-  generation: another generation ranks by other vectors, so its cursor is refused.
+  so the next page is the hits strictly after the cursor: a write between two pages adds or
+  removes hits after it. A hit is paged again, or skipped, only when a write moved its score
+  across the cursor (its document rewritten, or BM25's corpus statistics shifted by other
+  writes). A cursor names its generation: another generation ranks by other vectors, so its
+  cursor is refused.
 - A list cursor: the last (source, doc_id) of a page of the tenant's documents, listed in
   that order; the next page starts strictly after it.
 - A delete by filter takes the documents it matched, all of them or (over its bound) none.
