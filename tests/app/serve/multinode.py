@@ -142,3 +142,28 @@ def shard_replica_nodes(app: str) -> list[str]:
         for a in replica_actors(app)
         if a["Name"].split("#")[1].startswith("Shard")
     ]
+
+
+def log_ends_and_reports(app: MultiNode) -> tuple[dict[int, int], list[Any]]:
+    """What a view replica must have applied to be current (per chunks partition, the offset
+    after its last record: commit markers follow it), and every report in the app's progress
+    registry (router.ViewReport)."""
+    import ray
+
+    from ragindex.app.serve.data_plane import applied_target
+    from ragindex.app.serve.progress import RAY_NAMESPACE
+    from ragindex.generations import index_generation
+    from ragindex.log import KafkaLog
+    from ragindex.topics import chunks_topic
+
+    args = app.config["applications"][0]["args"]
+    spec = RagIndexSpec.model_validate(args["spec"])
+    generation = index_generation(spec)
+    log = KafkaLog(app.kafka.bootstrap)
+    try:
+        topic = chunks_topic(args["namespace"], app.app, generation)
+        ends = {p: applied_target(log, topic, p) for p in range(spec.dense.shards)}
+    finally:
+        log.close()
+    registry = ray.get_actor(f"progress.{app.app}.{generation}", namespace=RAY_NAMESPACE)
+    return ends, list(ray.get(registry.reports.remote()))

@@ -29,7 +29,7 @@ import pytest
 from ragindex.config import RagIndexSpec
 from ragindex.measure.evals import Collection
 
-from .multinode import MultiNode, multinode_app, replica_actors
+from .multinode import MultiNode, log_ends_and_reports, multinode_app, replica_actors
 
 pytestmark = [pytest.mark.serve, pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -181,26 +181,9 @@ def running_replicas(app: str) -> dict[str, set[str]]:
 
 def views_not_caught_up(app: MultiNode) -> list[str]:
     """Every running Shard<i> and Lexical replica's latest report against the log's ends."""
-    import ray
-
-    from ragindex.app.serve.data_plane import applied_target
-    from ragindex.app.serve.progress import RAY_NAMESPACE
-    from ragindex.generations import index_generation
-    from ragindex.log import KafkaLog
-    from ragindex.topics import chunks_topic
-
-    spec = RagIndexSpec.model_validate(app.config["applications"][0]["args"]["spec"])
-    generation = index_generation(spec)
-    namespace = app.config["applications"][0]["args"]["namespace"]
-    log = KafkaLog(app.kafka.bootstrap)
-    try:
-        topic = chunks_topic(namespace, APP, generation)
-        ends = {p: applied_target(log, topic, p) for p in range(spec.dense.shards)}
-    finally:
-        log.close()
-    registry = ray.get_actor(f"progress.{APP}.{generation}", namespace=RAY_NAMESPACE)
+    ends, reports = log_ends_and_reports(app)
     latest: dict[tuple[str, str], dict[int, int]] = {}
-    for r in sorted(ray.get(registry.reports.remote()), key=lambda r: -r.age_s):
+    for r in sorted(reports, key=lambda r: -r.age_s):
         latest[(r.view, r.replica)] = dict(r.offsets)
     wanted = {f"Shard{p}": {p: end} for p, end in ends.items()} | {"Lexical": ends}
     behind = []

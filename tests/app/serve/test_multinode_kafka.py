@@ -18,7 +18,13 @@ import pytest
 from ragindex.config import RagIndexSpec
 from ragindex.router.auth import TOKENS_FILE
 
-from .multinode import READY_BOUND_S, MultiNode, multinode_app, shard_replica_nodes
+from .multinode import (
+    READY_BOUND_S,
+    MultiNode,
+    log_ends_and_reports,
+    multinode_app,
+    shard_replica_nodes,
+)
 from .readiness import wait_running_and_ready
 
 pytestmark = [pytest.mark.serve, pytest.mark.kafka, pytest.mark.slow]
@@ -54,27 +60,7 @@ def search(client: httpx.Client, query: str, **kw: Any) -> list[dict[str, Any]]:
 
 
 def assert_every_replica_reported(app: MultiNode, replicas: dict[str, int]) -> None:
-    import ray
-
-    from ragindex.app.serve.data_plane import applied_target
-    from ragindex.app.serve.progress import RAY_NAMESPACE
-    from ragindex.generations import index_generation
-    from ragindex.log import KafkaLog
-    from ragindex.topics import chunks_topic
-
-    spec = RagIndexSpec.model_validate(app.config["applications"][0]["args"]["spec"])
-    generation = index_generation(spec)
-    namespace = app.config["applications"][0]["args"]["namespace"]
-    log = KafkaLog(app.kafka.bootstrap)
-    try:
-        topic = chunks_topic(namespace, APP, generation)
-        # After the last record: commit markers follow it (several, when transactions of
-        # side-by-side commits interleave their records).
-        ends = {p: applied_target(log, topic, p) for p in range(spec.dense.shards)}
-    finally:
-        log.close()
-    registry = ray.get_actor(f"progress.{APP}.{generation}", namespace=RAY_NAMESPACE)
-    reports = ray.get(registry.reports.remote())
+    ends, reports = log_ends_and_reports(app)
     for view, count in replicas.items():
         mine = {r.replica: r.offsets for r in reports if r.view == view}
         assert len(mine) >= count, (view, mine)
