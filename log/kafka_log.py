@@ -26,7 +26,8 @@
 - Topics are made and deleted through the AdminClient (`kafka_admin`, which also checks the
   brokers' `offsets.retention.minutes` at the first `claim`); compacted ones with
   `cleanup.policy=compact`, the others keep every record (`retention.ms=-1`) until `truncate`.
-  A broker that does not answer within `timeout_s` gives `BackendUnavailable`.
+  A broker that does not answer within `timeout_s` gives `BackendUnavailable`, and a failed
+  admin call replaces the AdminClient (a stuck one never recovered on its own).
 - Records up to `MAX_RECORD_BYTES` (the API's limit on a document) are taken: the producer's
   `message.max.bytes` and every topic's `max.message.bytes` are `MAX_MESSAGE_BYTES` (raised on
   a topic made with less); one the broker still refuses is `TooLarge`, never retried.
@@ -153,6 +154,15 @@ class KafkaLog:
             f"within {self.timeout_s:.0f}s: {e}{cause}"
         )
 
+    def _admin_unavailable(self, what: str, e: BaseException) -> BackendUnavailable:
+        """`_unavailable` for a failed AdminClient call, which also replaces the client: one
+        was seen failing every metadata request ("Broker transport failure") for as long as
+        its replica lived, while the other clients in its pod reached the same broker; a new
+        client connects anew, so the next call can succeed."""
+        unavailable = self._unavailable(what, e)
+        self._admin = AdminClient(dict(self._common))
+        return unavailable
+
     def _producer(self, transactional_id: str) -> Producer:
         producer = self._producers.get(transactional_id)
         if producer is not None:
@@ -220,7 +230,7 @@ class KafkaLog:
         try:
             count = partition_count(self._admin, topic, self.timeout_s)
         except KafkaException as e:
-            raise self._unavailable(f"describe topic {topic}", e) from e
+            raise self._admin_unavailable(f"describe topic {topic}", e) from e
         if count is not None:
             self._partition_counts[topic] = count
         return count
@@ -238,14 +248,14 @@ class KafkaLog:
             try:
                 create_topic(self._admin, new, self.timeout_s)
             except KafkaException as e:
-                raise self._unavailable(f"create topic {topic}", e) from e
+                raise self._admin_unavailable(f"create topic {topic}", e) from e
             except TimeoutError as e:
-                raise self._unavailable(f"see leaders for the new topic {topic}", e) from e
+                raise self._admin_unavailable(f"see leaders for the new topic {topic}", e) from e
             existing = self._describe(topic)
         try:
             config = topic_config(self._admin, topic, self.timeout_s)
         except KafkaException as e:
-            raise self._unavailable(f"read the config of topic {topic}", e) from e
+            raise self._admin_unavailable(f"read the config of topic {topic}", e) from e
         compacted_now = "compact" in str(config["cleanup.policy"])
         if existing != partitions or compacted_now != compacted:
             raise InvalidInput(
@@ -258,7 +268,7 @@ class KafkaLog:
                     self._admin, topic, "max.message.bytes", str(MAX_MESSAGE_BYTES), self.timeout_s
                 )
             except KafkaException as e:
-                raise self._unavailable(f"raise max.message.bytes of topic {topic}", e) from e
+                raise self._admin_unavailable(f"raise max.message.bytes of topic {topic}", e) from e
 
     def delete_topic(self, topic: str) -> None:
         if self._describe(topic) is None:
@@ -269,9 +279,9 @@ class KafkaLog:
         try:
             delete_topic(self._admin, topic, self.timeout_s)
         except KafkaException as e:
-            raise self._unavailable(f"delete topic {topic}", e) from e
+            raise self._admin_unavailable(f"delete topic {topic}", e) from e
         except TimeoutError as e:
-            raise self._unavailable(f"see topic {topic} deleted", e) from e
+            raise self._admin_unavailable(f"see topic {topic} deleted", e) from e
         self._partition_counts.pop(topic, None)
 
     def partitions(self, topic: str) -> int:
@@ -466,7 +476,7 @@ class KafkaLog:
         try:
             self._admin.delete_records([tp], request_timeout=self.timeout_s)[tp].result()
         except KafkaException as e:
-            raise self._unavailable(f"truncate {topic}/{partition}", e) from e
+            raise self._admin_unavailable(f"truncate {topic}/{partition}", e) from e
 
     # -- reads --------------------------------------------------------------------------------
 

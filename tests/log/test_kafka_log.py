@@ -157,6 +157,42 @@ def test_a_commit_that_fails_after_landing_says_the_write_may_have_landed(
     log.close()
 
 
+def test_a_stuck_admin_client_is_replaced_after_it_fails(
+    kafka_server: KafkaServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a pod, one replica's AdminClient failed every metadata request ("Broker transport
+    failure") for as long as the replica lived while its neighbours reached the broker, so its
+    view never opened and a promotion waited on it forever. A failed admin call now replaces
+    the client: the next call reaches the broker."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    import ragindex.log.kafka_log as kafka_log
+
+    class Stuck:
+        def __init__(self, conf: dict[str, object]) -> None:
+            pass
+
+        def poll(self, timeout: float) -> int:
+            return 0
+
+        def list_topics(self, *args: object, **kwargs: object) -> None:
+            error = KafkaError(KafkaError._TRANSPORT, "Broker transport failure (injected)")
+            raise KafkaException(error)
+
+    setup = _kafka_log(kafka_server)
+    setup.ensure_topic("stuck-admin", 2, compacted=False)
+    setup.close()
+    with monkeypatch.context() as patch:
+        patch.setattr(kafka_log, "AdminClient", Stuck)
+        log = _kafka_log(kafka_server, timeout_s=2.0)
+    try:
+        with pytest.raises(BackendUnavailable, match="could not describe topic stuck-admin"):
+            log.partitions("stuck-admin")
+        assert log.partitions("stuck-admin") == 2
+    finally:
+        log.close()
+
+
 def test_broker_down_is_unavailable_quickly_and_writes_resume(kafka_server: KafkaServer) -> None:
     log = _kafka_log(kafka_server, timeout_s=3.0)
     log.ensure_topic("outage", 1, compacted=False)
