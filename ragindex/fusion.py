@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 DEFAULT_RRF_K = 60
 
@@ -20,6 +21,7 @@ def reciprocal_rank_fusion(
     k: int = DEFAULT_RRF_K,
     weights: Mapping[str, float] | None = None,
     top: int | None = None,
+    ties: Literal["best rank", "id"] = "best rank",
 ) -> list[Fused]:
     """Fuse ranked id lists: score = sum over legs of weight / (k + rank), ranks 1-based.
 
@@ -28,7 +30,8 @@ def reciprocal_rank_fusion(
     contribution only, so scores are still never added across legs. Ties are broken by the
     best single rank, then by id, so the output is deterministic. A leg that lists an id
     twice counts its first (best) rank only. `top`: only the first `top` fused ids (None:
-    all of them).
+    all of them). `ties="id"` breaks ties by id alone: the (score, id) total order that
+    search cursors resume from.
     """
     if k < 0:
         raise ValueError("k must be >= 0")
@@ -43,11 +46,12 @@ def reciprocal_rank_fusion(
             continue
         for position, cid in enumerate(ids, start=1):
             ranks.setdefault(cid, {}).setdefault(leg, position)
-    # sorted as (-score, best single rank, id) tuples; only the `top` kept become Fused
+    # sorted as (-score, best single rank or 0, id) tuples; only the `top` kept become Fused
+    by_rank = ties == "best rank"
     order = sorted(
         (
             -sum(weight_of.get(leg, 1.0) / (k + r) for leg, r in leg_ranks.items()),
-            min(leg_ranks.values()),
+            min(leg_ranks.values()) if by_rank else 0,
             cid,
         )
         for cid, leg_ranks in ranks.items()

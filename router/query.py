@@ -195,13 +195,18 @@ class QueryEngine:
             weights = {"dense": self.fusion.dense_weight, "lexical": self.fusion.lexical_weight}
             if len(legs) == 1:  # one leg alone keeps its own order, whatever its weight
                 weights = {}
-            fused = reciprocal_rank_fusion(legs, k=self.fusion.rrf_k, weights=weights)
-            # one total order for every page: score, then chunk id (RRF breaks its ties by
-            # the best single rank first, which a cursor of (score, chunk id) cannot resume)
-            fused.sort(key=lambda f: sort_key(f.score, f.chunk_id))
-            if not use_rerank:  # reranked pages are cut after the reranker's order, below
-                fused = [f for f in fused if is_after(f.score, f.chunk_id, after)]
-            pool = fused[:pool_size]
+            # one total order for every page: score, then chunk id (a cursor resumes it);
+            # reranked pages are cut after the reranker's order, below
+            paged = after is not None and not use_rerank
+            pool = reciprocal_rank_fusion(
+                legs,
+                k=self.fusion.rrf_k,
+                weights=weights,
+                top=None if paged else pool_size,
+                ties="id",
+            )
+            if paged:
+                pool = [f for f in pool if is_after(f.score, f.chunk_id, after)][:pool_size]
         with _timed(timings, "fetch"):
             found = self.chunks.get_chunks(tenant_id, [f.chunk_id for f in pool])
         # A chunk deleted, or re-written with another ACL or metadata, between the leg search
