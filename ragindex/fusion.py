@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 DEFAULT_RRF_K = 60
 
@@ -21,17 +20,15 @@ def reciprocal_rank_fusion(
     k: int = DEFAULT_RRF_K,
     weights: Mapping[str, float] | None = None,
     top: int | None = None,
-    ties: Literal["best rank", "id"] = "best rank",
 ) -> list[Fused]:
     """Fuse ranked id lists: score = sum over legs of weight / (k + rank), ranks 1-based.
 
     `weights` maps a leg to its weight (1 for a leg it does not name; names of absent legs
     are ignored); a leg of weight 0 is left out entirely. Weights scale a leg's rank
-    contribution only, so scores are still never added across legs. Ties are broken by the
-    best single rank, then by id, so the output is deterministic. A leg that lists an id
-    twice counts its first (best) rank only. `top`: only the first `top` fused ids (None:
-    all of them). `ties="id"` breaks ties by id alone: the (score, id) total order that
-    search cursors resume from.
+    contribution only, so scores are still never added across legs. Ties are broken by id:
+    (score descending, id) is a total order, the one search cursors resume from. A leg that
+    lists an id twice counts its first (best) rank only. `top`: only the first `top` fused ids
+    (None: all of them).
     """
     if k < 0:
         raise ValueError("k must be >= 0")
@@ -46,14 +43,9 @@ def reciprocal_rank_fusion(
             continue
         for position, cid in enumerate(ids, start=1):
             ranks.setdefault(cid, {}).setdefault(leg, position)
-    # sorted as (-score, best single rank or 0, id) tuples; only the `top` kept become Fused
-    by_rank = ties == "best rank"
+    # sorted as (-score, id) tuples; only the `top` kept become Fused
     order = sorted(
-        (
-            -sum(weight_of.get(leg, 1.0) / (k + r) for leg, r in leg_ranks.items()),
-            min(leg_ranks.values()) if by_rank else 0,
-            cid,
-        )
+        (-sum(weight_of.get(leg, 1.0) / (k + r) for leg, r in leg_ranks.items()), cid)
         for cid, leg_ranks in ranks.items()
     )
-    return [Fused(cid, -neg, ranks[cid]) for neg, _, cid in order[:top]]
+    return [Fused(cid, -neg, ranks[cid]) for neg, cid in order[:top]]

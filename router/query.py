@@ -203,7 +203,6 @@ class QueryEngine:
                 k=self.fusion.rrf_k,
                 weights=weights,
                 top=None if paged else pool_size,
-                ties="id",
             )
             if paged:
                 pool = [f for f in pool if is_after(f.score, f.chunk_id, after)][:pool_size]

@@ -20,7 +20,7 @@ def test_rrf_ignores_raw_scores_only_ranks_matter():
     # cannot dominate.
     one = reciprocal_rank_fusion({"dense": ["x", "y"], "lexical": ["y", "x"]})
     assert one[0].score == one[1].score
-    assert [f.chunk_id for f in one] == ["x", "y"]  # ties broken by best rank, then id
+    assert [f.chunk_id for f in one] == ["x", "y"]  # ties broken by id
 
 
 def test_duplicate_ids_in_a_leg_count_once_at_best_rank():

@@ -26,6 +26,7 @@ from typing import Any
 import httpx
 import pytest
 
+from ragindex.app.serve.progress import running_replicas
 from ragindex.config import RagIndexSpec
 from ragindex.measure.evals import Collection
 
@@ -166,19 +167,6 @@ def inject(app: MultiNode, rng: random.Random, stop: threading.Event, log: list[
             log.append(f"{at:.0f}s killed {kill_replica(app, fault, rng)}")
 
 
-def running_replicas(app: str) -> dict[str, set[str]]:
-    from ray.serve.context import _get_global_client
-    from ray.serve.schema import ReplicaState, ServeInstanceDetails
-
-    client = _get_global_client()
-    assert client is not None
-    details = ServeInstanceDetails(**client.get_serve_details())
-    return {
-        name: {r.replica_id for r in d.replicas if r.state == ReplicaState.RUNNING}
-        for name, d in details.applications[app].deployments.items()
-    }
-
-
 def views_not_caught_up(app: MultiNode) -> list[str]:
     """Every running Shard<i> and Lexical replica's latest report against the log's ends."""
     ends, reports = log_ends_and_reports(app)
@@ -187,8 +175,8 @@ def views_not_caught_up(app: MultiNode) -> list[str]:
         latest[(r.view, r.replica)] = dict(r.offsets)
     wanted = {f"Shard{p}": {p: end} for p, end in ends.items()} | {"Lexical": ends}
     behind = []
-    for view, replicas in running_replicas(APP).items():
-        for replica in sorted(replicas) if view in wanted else []:
+    for view, replicas in running_replicas(APP, list(wanted)).items():
+        for replica in sorted(replicas):
             offsets = latest.get((view, replica), {})
             if any(offsets.get(p, -1) < end for p, end in wanted[view].items()):
                 behind.append(f"{view} {replica}: {offsets} of {wanted[view]}")
