@@ -246,9 +246,10 @@ class LogShardReplica:
         """Apply what the partition has beyond this replica's offset; returns records applied."""
         applied = 0
         while max_records is None or applied < max_records:
+            asked_at = time.time()
             records = self.log.read(self.topic, self.partition, self.offset, max_records=READ_BATCH)
             if not records:
-                self._caught_up_at = time.time()  # whatever comes later is written after now
+                self._caught_up_at = asked_at  # whatever comes later was written after it
                 break
             self._apply(records)
             applied += len(records)
@@ -261,7 +262,12 @@ class LogShardReplica:
                 return applied
             self._account_written()
         # a publisher with no snapshot in the log yet publishes one once caught up
-        first_to_publish = self.publish and not self._published and self._since_publish > 0
+        first_to_publish = (
+            self.publish
+            and not self._published
+            and self._since_publish > 0
+            and self._caught_up_at is not None
+        )
         unsaved_s = 0.0 if self._unsaved_since is None else time.monotonic() - self._unsaved_since
         if first_to_publish or snapshot_due(self._since_snapshot, unsaved_s, self._spread):
             taken = self._capture()
@@ -316,7 +322,10 @@ class LogShardReplica:
             # vars, not asdict: asdict deep-copies every field (20 s per 50 k chunks)
             texts={t: [vars(c) for c in cs.values()] for t, cs in self.texts.items()},
             shard=self.shard.image(),
+            # one taken before this replica ever read to the end could not say how old the
+            # records it misses are: a replica with a tombstone retention would refuse it
             publish=self.publish
+            and self._caught_up_at is not None
             and publish_due(
                 self._since_publish, now - self._published_at, published=self._published
             ),

@@ -68,7 +68,12 @@ class Plane:
         return SnapshotTopic(self.log, self.snapshots, 0, 1, self.chunks, identity)
 
     def replica(
-        self, node: str, identity: ModelIdentity = IDENTITY, *, snapshots: bool = True
+        self,
+        node: str,
+        identity: ModelIdentity = IDENTITY,
+        *,
+        snapshots: bool = True,
+        tombstone_retention_s: float | None = None,
     ) -> LogShardReplica:
         return LogShardReplica(
             self.log,
@@ -80,6 +85,7 @@ class Plane:
             100,
             self.topic(identity) if snapshots else None,
             publish=node == "publisher",
+            tombstone_retention_s=tombstone_retention_s,
         )
 
 
@@ -122,6 +128,23 @@ def test_a_fresh_replica_loads_the_published_snapshot_and_replays_only_the_tail(
     begin = log.begin_offset(plane.snapshots, 0)
     kept = log.read(plane.snapshots, 0, begin, max_records=10_000)
     assert len({r.key.split(b"/")[0] for r in kept}) == 1
+
+
+def test_a_publisher_behind_a_backlog_publishes_once_caught_up_what_a_fresh_replica_loads(
+    log: Log, tmp_path: Path
+) -> None:
+    """Catching up in slices (as the served replicas do), the first snapshot a publisher puts
+    in the log must say when it was caught up: a fresh replica with a tombstone retention
+    refuses a snapshot caught up at an unknown time and replays everything."""
+    plane = Plane(log, tmp_path)
+    log.append(plane.chunks, upserts("a", range(CHUNKS)))
+    publisher = plane.replica("publisher", tombstone_retention_s=3600)
+    while publisher.catch_up(max_records=400):
+        pass
+    publisher.snapshot()
+    assert plane.topic().ends_with_manifest()
+    fresh = plane.replica("node2", tombstone_retention_s=3600)
+    assert fresh.offset == publisher.offset == CHUNKS  # the published snapshot, not a replay
 
 
 def test_a_partial_or_corrupt_snapshot_is_passed_over_and_replay_answers_the_same(
