@@ -1,14 +1,13 @@
-"""The Kafka log's client plumbing: transactional ids, per-partition readers, the errors a
+"""The Kafka log's client plumbing: transactional ids, the errors a
 client call ends in, and the hard deadline every transactional call runs under."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException
 
 READER_GROUP = "ragindex.readers"  # never commits: readers keep their own offsets
 FENCED_ERRORS = {KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH, KafkaError._FENCED}
@@ -22,23 +21,6 @@ def transactional_id(group: str, consumed: Mapping[tuple[str, int], int]) -> str
     """The transactional id of `group`'s writes consuming these input partitions: a successor
     on the same inputs shares it, and fences its predecessor by initialising it."""
     return f"ragindex.{group}." + ",".join(f"{t}:{p}" for t, p in sorted(consumed))
-
-
-@dataclass
-class PartitionReader:
-    consumer: Consumer
-    lock: threading.Lock
-    next_offset: int = -1
-    at_end: bool = False
-    answered: bool = False  # a fetch at this position answered: its cached end offset counts
-
-    def fetched_to_end(self, topic: str, partition: int) -> bool:
-        """Whether the records before the end offset the consumer's last fetch at this position
-        brought were all delivered: at most the last transaction's commit marker is left."""
-        if not self.answered:
-            return False
-        _, end = self.consumer.get_watermark_offsets(TopicPartition(topic, partition), cached=True)
-        return end >= 0 and self.next_offset >= end - 1
 
 
 class CallStuck(KafkaException):

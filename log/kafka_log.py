@@ -53,7 +53,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from ragindex.errors import BackendUnavailable, InvalidInput, OffsetOutOfRange, TooLarge
+from ragindex.errors import BackendUnavailable, InvalidInput, TooLarge
 from ragindex.log.kafka_admin import (
     create_topic,
     delete_topic,
@@ -64,18 +64,17 @@ from ragindex.log.kafka_admin import (
 )
 from ragindex.log.kafka_calls import (
     FENCED_ERRORS,
-    OUT_OF_RANGE_ERRORS,
     READER_GROUP,
     UNKNOWN_OFFSET_ATTEMPTS,
     CallStuck,
     CommitOutcomeUnknown,
     CommitStuck,
     OffsetsUnknown,
-    PartitionReader,
     call_with_deadline,
     error_of,
     transactional_id,
 )
+from ragindex.log.kafka_reader import PartitionReader
 from ragindex.log.validation import check_consumed, check_records, check_topic_name
 from ragindex.protocols import WriterFenced
 from ragindex.topics import MAX_MESSAGE_BYTES, MAX_RECORD_BYTES
@@ -544,59 +543,10 @@ class KafkaLog:
             if reader.next_offset != from_offset:
                 reader.consumer.assign([TopicPartition(topic, partition, from_offset)])
                 reader.next_offset, reader.at_end, reader.answered = from_offset, False, False
-            return self._fetch(topic, partition, reader, max_records, timeout_s)
-
-    def _fetch(
-        self,
-        topic: str,
-        partition: int,
-        reader: PartitionReader,
-        max_records: int,
-        timeout_s: float,
-    ) -> list[LogRecord]:
-        """Records until `max_records` or the partition's end; at the end with none yet, wait
-        up to `timeout_s` for one. Getting to the end is bounded by the client timeout.
-
-        The end is known from the consumer's partition-EOF event, emitted once each time it
-        catches up; `at_end` remembers it across calls until a new record arrives, so a reader
-        polling at the end is answered at once (from what the background fetcher brought)."""
-        start = time.monotonic()
-        out: list[LogRecord] = []
-        polled = False
-        while len(out) < max_records:
-            now = time.monotonic()
-            if reader.at_end or reader.fetched_to_end(topic, partition):
-                wait = start + timeout_s - now
-                if out or (polled and wait <= 0):
-                    break
-            else:
-                wait = start + self.timeout_s - now
-                if wait <= 0:
-                    reader.next_offset = -1  # unknown position: re-assign next time
-                    raise self._unavailable(f"read {topic}/{partition}", TimeoutError())
-            msg = reader.consumer.poll(max(0.0, min(wait, 0.5)))
-            polled = True
-            if msg is None:
-                continue
-            room = max_records - len(out) - 1
-            for m in [msg, *(reader.consumer.consume(room, 0) if room > 0 else [])]:
-                error, offset = m.error(), m.offset()
-                if error is None and offset is not None:
-                    out.append(LogRecord(partition, offset, m.key() or b"", m.value()))
-                    reader.next_offset, reader.at_end, reader.answered = offset + 1, False, True
-                elif error is None:
-                    continue
-                elif error.code() == KafkaError._PARTITION_EOF:
-                    reader.at_end = reader.answered = True
-                elif error.code() in OUT_OF_RANGE_ERRORS:
-                    reader.next_offset = -1
-                    raise OffsetOutOfRange(
-                        f"{topic}/{partition}: offset out of range: {error.str()}; "
-                        "restart from a snapshot or the start"
-                    )
-                elif error.fatal():
-                    raise self._unavailable(f"read {topic}/{partition}", KafkaException(error))
-        return out
+            try:
+                return reader.fetch(topic, partition, max_records, timeout_s, self.timeout_s)
+            except (TimeoutError, KafkaException) as e:
+                raise self._unavailable(f"read {topic}/{partition}", e) from e
 
     def close(self) -> None:
         with self._mutex:
