@@ -26,7 +26,7 @@ def reciprocal_rank_fusion(
     `weights` maps a leg to its weight (1 for a leg it does not name; names of absent legs
     are ignored); a leg of weight 0 is left out entirely. Weights scale a leg's rank
     contribution only, so scores are still never added across legs. Ties are broken by id:
-    (score descending, id) is a total order, the one search cursors resume from. A leg that
+    (score descending, id) is a total order, the one search pages follow. A leg that
     lists an id twice counts its first (best) rank only. `top`: only the first `top` fused ids
     (None: all of them).
     """

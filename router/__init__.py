@@ -15,7 +15,8 @@ it is `ragindex.app.serve.router_deployment`).
   calls that follow it are `ragindex.app.serve.handle_failover`);
 - `views_behind`, `ViewReport`: which view replicas have not applied a write yet (none: applied);
 - `merge_summaries`, `page_documents`, `DocumentPage`, `bounded_deletes`: reading documents
-  back and the bounded delete by filter (`documents`: also the search and list cursors).
+  back and the bounded delete by filter; `Paged`: what earlier pages of a search returned
+  (`documents`: also the search and list cursors).
 """
 
 from typing import TYPE_CHECKING
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from ragindex.router.context import assemble_context
     from ragindex.router.documents import (
         DocumentPage,
+        Paged,
         bounded_deletes,
         merge_summaries,
         page_documents,
@@ -66,6 +68,7 @@ __all__ = [
     "Generator",
     "Grant",
     "OpenAICompatibleGenerator",
+    "Paged",
     "QueryEngine",
     "SearchResult",
     "SourceRef",
@@ -96,7 +99,13 @@ if not TYPE_CHECKING:
             "applied": ["ViewReport", "views_behind"],
             "auth": ["Grant", "TokenVerifier", "create_token", "tokens_path"],
             "context": ["assemble_context"],
-            "documents": ["DocumentPage", "bounded_deletes", "merge_summaries", "page_documents"],
+            "documents": [
+                "DocumentPage",
+                "Paged",
+                "bounded_deletes",
+                "merge_summaries",
+                "page_documents",
+            ],
             "failover": ["FailoverPolicy", "Fault", "next_try"],
             "generators": [
                 "ExtractiveGenerator",

@@ -179,8 +179,9 @@ class SearchRequest(ReadScope):
     cursor: SearchCursor | None = Field(
         None,
         description="The `next_cursor` of the previous page of the same search (same query,"
-        " mode, k, filter and principals): the hits after it. Opaque: pass it back unchanged."
-        " A cursor of another index generation, or one that does not decode, is a 400.",
+        " mode, k, filter and principals): the best hits that no earlier page returned."
+        " Opaque: pass it back unchanged. A cursor of another index generation, or one that"
+        " does not decode, is a 400.",
     )
 
 
@@ -203,10 +204,11 @@ class SearchResponse(BaseModel):
     warnings: list[str] = Field([], description="What degraded this result, if anything.")
     next_cursor: str | None = Field(
         None,
-        description="When this page is full: pass it as `cursor` to get the hits after it"
-        " (an empty page may follow); null when the results end here. Valid within this"
-        " index generation. Pages follow the (score, chunk id) order: a hit is paged again"
-        " or skipped only if a write between pages moved its score across the cursor.",
+        description="When this page is full: pass it as `cursor` to get the next page (an"
+        " empty page may follow); null when the results end here, or 1,000 hits deep."
+        " Valid within this index generation. It carries which hits were returned, so a"
+        " write between pages never returns a hit twice and never hides one that is still"
+        " in the results (one whose rank the write raised comes on a later page).",
     )
 
 

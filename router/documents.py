@@ -1,12 +1,12 @@
 """Reading documents back, paging, and the decisions of a bounded delete: pure functions.
 
-- A search cursor (`search_after`): the last hit's (score, chunk id) and the index generation
-  that ranked it. Hits are ordered by (score descending, chunk id ascending), a total order,
-  so the next page is the hits strictly after the cursor: a write between two pages adds or
-  removes hits after it. A hit is paged again, or skipped, only when a write moved its score
-  across the cursor (its document rewritten, or BM25's corpus statistics shifted by other
-  writes). A cursor names its generation: another generation ranks by other vectors, so its
-  cursor is refused.
+- A search cursor: which hits the earlier pages of a search returned (a 48-bit hash of each
+  chunk id) and the index generation that ranked them. The next page is the best hits of
+  the search as it ranks now that no earlier page returned: a write between two pages never
+  makes a hit come back, and never makes one that is still in the results go unseen (a hit
+  whose rank it raised comes on a later page, out of score order). A search pages
+  `SEARCH_DEPTH` hits deep at most. A cursor names its generation: another generation ranks
+  by other vectors, so its cursor is refused.
 - A list cursor: the last (source, doc_id) of a page of the tenant's documents, listed in
   that order; the next page starts strictly after it.
 - A delete by filter takes the documents it matched, all of them or (over its bound) none.
@@ -17,7 +17,8 @@ expression each, which the OpenAPI document states, so a cursor the schema accep
 
 from __future__ import annotations
 
-import math
+import base64
+import hashlib
 import re
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -29,26 +30,46 @@ from ragindex.types import ID_PART_PATTERN, Chunk
 MAX_LIST_LIMIT = 1000
 DEFAULT_LIST_LIMIT = 100
 MAX_DELETE_DOCUMENTS = 1000
+SEARCH_DEPTH = 1000  # hits a search pages through at most (Elasticsearch's window is 10,000)
 GENERATION_PATTERN = r"[0-9a-f]{8}"
 _ID = ID_PART_PATTERN[1:-1]
-_SCORE = r"-?[0-9]{1,20}(?:\.[0-9]{1,20})?(?:e[-+][0-9]{1,3})?"
-SEARCH_CURSOR_MAX_CHARS = 2 * 256 + 64
+_HASH_BYTES = 6  # 8 base64 characters; a collision among 1,000 paged hits of 10 M: ~1e-5
+_HASH_CHARS = 8
+SEARCH_CURSOR_MAX_CHARS = len("s2/00000000/") + _HASH_CHARS * SEARCH_DEPTH
 LIST_CURSOR_MAX_CHARS = 2 * 256 + 8
 
 
 def search_cursor_pattern(generation: str | None = None) -> str:
     """The syntax of a search cursor; with `generation`, only that generation's cursors."""
     gen = re.escape(generation) if generation is not None else GENERATION_PATTERN
-    return rf"^s1/({gen})/({_SCORE})/({_ID}:{_ID}:[0-9]{{1,9}})$"
+    return rf"^s2/({gen})/([A-Za-z0-9_-]{{{_HASH_CHARS},{_HASH_CHARS * SEARCH_DEPTH}}})$"
 
 
 LIST_CURSOR_PATTERN = rf"^d1:({_ID}):({_ID})$"
 _SEARCH_RE = re.compile(search_cursor_pattern())
 _LIST_RE = re.compile(LIST_CURSOR_PATTERN)
 
-After = tuple[float, str]
-"""A position in a search's order: hits strictly after (score, chunk id) come next."""
 DocKey = tuple[str, str]
+
+
+def chunk_hash(chunk_id: str) -> bytes:
+    return hashlib.blake2b(chunk_id.encode(), digest_size=_HASH_BYTES).digest()
+
+
+@dataclass(frozen=True)
+class Paged:
+    """The hits the earlier pages of a search returned, as hashes of their chunk ids."""
+
+    hashes: frozenset[bytes] = frozenset()
+
+    def __contains__(self, chunk_id: object) -> bool:
+        return isinstance(chunk_id, str) and chunk_hash(chunk_id) in self.hashes
+
+    def __len__(self) -> int:
+        return len(self.hashes)
+
+    def adding(self, chunk_ids: Iterable[str]) -> Paged:
+        return Paged(self.hashes | {chunk_hash(c) for c in chunk_ids})
 
 
 def sort_key(score: float, chunk_id: str) -> tuple[float, str]:
@@ -56,36 +77,27 @@ def sort_key(score: float, chunk_id: str) -> tuple[float, str]:
     return (-score, chunk_id)
 
 
-def is_after(score: float, chunk_id: str, after: After | None) -> bool:
-    """Whether a hit comes strictly after the cursor position `after` (None: the start)."""
-    return after is None or sort_key(score, chunk_id) > sort_key(*after)
+def encode_search_cursor(generation: str, paged: Paged) -> str:
+    packed = b"".join(sorted(paged.hashes))
+    return f"s2/{generation}/{base64.urlsafe_b64encode(packed).decode()}"
 
 
-def encode_search_cursor(generation: str, after: After) -> str:
-    score, chunk_id = after
-    if not math.isfinite(score):
-        raise ValueError(f"a cursor needs a finite score, got {score!r}")
-    return f"s1/{generation}/{score!r}/{chunk_id}"
-
-
-def decode_search_cursor(cursor: str, generation: str | None) -> After:
-    """The position a search cursor names; InvalidInput if it is malformed or was made by
+def decode_search_cursor(cursor: str, generation: str | None) -> Paged:
+    """What a search cursor says was paged; InvalidInput if it is malformed or was made by
     another index generation than `generation` (None: any)."""
     found = _SEARCH_RE.match(cursor) if len(cursor) <= SEARCH_CURSOR_MAX_CHARS else None
-    if found is None:
+    if found is None or len(found.group(2)) % _HASH_CHARS:
         raise InvalidInput(
             "cursor is not a search cursor of this API: pass back a `next_cursor` unchanged"
         )
-    made_by, score, chunk_id = found.groups()
+    made_by, packed = found.groups()
     if generation is not None and made_by != generation:
         raise InvalidInput(
             f"cursor was made by index generation {made_by}, this index serves {generation}:"
             " start the search again without a cursor"
         )
-    value = float(score)
-    if not math.isfinite(value):
-        raise InvalidInput("cursor is not a search cursor of this API: its score is not finite")
-    return value, chunk_id
+    raw = base64.urlsafe_b64decode(packed)
+    return Paged(frozenset(raw[i : i + _HASH_BYTES] for i in range(0, len(raw), _HASH_BYTES)))
 
 
 def encode_list_cursor(key: DocKey) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hmac
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any, Protocol
 
 from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request, Security
@@ -27,7 +27,6 @@ from prometheus_client import (
 )
 from pydantic import WithJsonSchema
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.routing import Match
 
 from ragindex.config import LimitsSpec
 from ragindex.errors import (
@@ -59,9 +58,9 @@ from ragindex.router.documents import (
     LIST_CURSOR_MAX_CHARS,
     LIST_CURSOR_PATTERN,
     MAX_LIST_LIMIT,
-    After,
     DocKey,
     DocumentPage,
+    Paged,
     decode_list_cursor,
     decode_search_cursor,
     document_view,
@@ -70,16 +69,22 @@ from ragindex.router.documents import (
     search_cursor_pattern,
 )
 from ragindex.router.grounded_answer import Answer, AnswerRequest, AnswerResponse
+from ragindex.router.http_problems import (
+    AUTH_ERRORS,
+    BACKEND_ERRORS,
+    BODY_ERRORS,
+    READ_ERRORS,
+    allowed_methods,
+    error_doc,
+    problem_response,
+    replace_pattern,
+    validation_message,
+)
 from ragindex.router.limits import TenantLimiter
 from ragindex.router.middleware import BodyLimit, Metrics
 from ragindex.router.problems import (
-    MEDIA_TYPE as PROBLEM_MEDIA_TYPE,
-)
-from ragindex.router.problems import (
-    PROBLEMS,
     code_for_error,
     code_for_status,
-    problem,
     unwrapped,
 )
 from ragindex.router.query import Access, SearchResult
@@ -107,7 +112,7 @@ class Backend(Protocol):
         mode: str,
         rerank: bool | None,
         access: Access | None = None,
-        after: After | None = None,
+        paged: Paged | None = None,
     ) -> SearchResult: ...
 
     async def document(
@@ -141,99 +146,8 @@ class Backend(Protocol):
     async def generation_report(self) -> dict[str, Any]: ...
 
 
-# ---------------------------------------------------------------- pure decisions
-
-
-def validation_message(errors: list[Any]) -> tuple[str, str]:
-    """Problem code and one readable line for a request that failed schema validation."""
-    if any(e.get("type") == "json_invalid" for e in errors):
-        ctx = next(e for e in errors if e.get("type") == "json_invalid").get("ctx", {})
-        return "invalid-json", f"request body is not valid JSON: {ctx.get('error', 'parse error')}"
-    parts = []
-    for e in errors[:5]:
-        where = ".".join(str(p) for p in e.get("loc", ()) if p != "body") or "body"
-        parts.append(f"{where}: {e.get('msg', 'invalid')}")
-    more = f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""
-    return "invalid-request", "invalid request: " + "; ".join(parts) + more
-
-
-def problem_response(
-    code: str, detail: str, headers: Mapping[str, str] | None = None
-) -> JSONResponse:
-    return JSONResponse(
-        problem(code, detail),
-        status_code=PROBLEMS[code].status,
-        headers=headers,
-        media_type=PROBLEM_MEDIA_TYPE,
-    )
-
-
-def allowed_methods(app: FastAPI, request: Request) -> list[str]:
-    """The methods of every route whose path matches the request's (Starlette's 405 names
-    only the first route that matched the path)."""
-    methods: set[str] = set()
-    for route in app.routes:
-        match, _ = route.matches({**request.scope, "method": "\x00"})
-        if match != Match.NONE:
-            methods |= set(getattr(route, "methods", None) or ())
-    return sorted(methods)
-
-
-def _replace_pattern(node: Any, old: str, new: str) -> None:
-    """Every `pattern` equal to `old` in a JSON schema document becomes `new`, in place."""
-    if isinstance(node, dict):
-        for key, value in node.items():
-            if key == "pattern" and value == old:
-                node[key] = new
-            else:
-                _replace_pattern(value, old, new)
-    elif isinstance(node, list):
-        for item in node:
-            _replace_pattern(item, old, new)
-
-
 # ---------------------------------------------------------------- the app
 
-
-def _error(description: str, headers: dict[str, Any] | None = None) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "description": description,
-        "content": {PROBLEM_MEDIA_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}},
-    }
-    if headers:
-        out["headers"] = headers
-    return out
-
-
-RETRY_AFTER = {
-    "Retry-After": {
-        "description": "Seconds to wait before retrying.",
-        "schema": {"type": "integer"},
-    }
-}
-READ_ERRORS: dict[int | str, dict[str, Any]] = {
-    403: _error("The request asks for a principal its token does not hold (names it).")
-}
-AUTH_ERRORS: dict[int | str, dict[str, Any]] = {
-    401: _error(
-        "Missing, unknown (never issued or revoked) or expired bearer token (says which).",
-        {"WWW-Authenticate": {"description": "Bearer", "schema": {"type": "string"}}},
-    ),
-    429: _error("The tenant is over its concurrency or rate limit.", RETRY_AFTER),
-}
-BACKEND_ERRORS: dict[int | str, dict[str, Any]] = {
-    400: _error("The request is well-formed but its content is refused (says why)."),
-    409: _error(
-        "The request asks for what this index is not set up to do (e.g. rerank without a"
-        " reranker), or the index was built by another embedding model than this replica runs."
-    ),
-    503: _error("The index is opening or a backend is down; retry shortly."),
-}
-BODY_ERRORS: dict[int | str, dict[str, Any]] = {
-    400: _error("The body is not valid JSON, or its content is refused (says why)."),
-    413: _error("The body is larger than the limit."),
-    422: _error("The body does not match the schema (names the field)."),
-}
 BEARER = HTTPBearer(auto_error=False, description="A token from `ragindex token create`.")
 """Declares the bearer scheme in the OpenAPI document; a missing token is our 401, not its 403."""
 UPSERT_LINKS = {
@@ -298,7 +212,7 @@ def create_app(
         if "Problem" not in schemas:
             schemas["Problem"] = Problem.model_json_schema()
             if cursor_generation is not None:  # its cursors: its generation's only
-                _replace_pattern(
+                replace_pattern(
                     doc, search_cursor_pattern(), search_cursor_pattern(cursor_generation)
                 )
         return doc
@@ -381,7 +295,7 @@ def create_app(
             **AUTH_ERRORS,
             **BACKEND_ERRORS,
             **BODY_ERRORS,
-            413: _error(
+            413: error_doc(
                 "The body is larger than the limit, or a document is larger than one log record"
                 " (names it); nothing of the batch was written."
             ),
@@ -407,7 +321,7 @@ def create_app(
         responses={
             **AUTH_ERRORS,
             **BACKEND_ERRORS,
-            422: _error("A path segment or query parameter is malformed (names it)."),
+            422: error_doc("A path segment or query parameter is malformed (names it)."),
         },
     )
     async def delete(
@@ -426,12 +340,12 @@ def create_app(
         operation_id="get_document",
         responses={
             **AUTH_ERRORS,
-            404: _error(
+            404: error_doc(
                 "No such document in the caller's tenant that its principals may read (the"
                 " same answer whether it exists for others or not)."
             ),
             409: BACKEND_ERRORS[409],
-            422: _error("A path segment is malformed (names it)."),
+            422: error_doc("A path segment is malformed (names it)."),
             503: BACKEND_ERRORS[503],
         },
     )
@@ -460,9 +374,9 @@ def create_app(
         operation_id="list_documents",
         responses={
             **AUTH_ERRORS,
-            400: _error("The cursor is not one this API made (says why)."),
+            400: error_doc("The cursor is not one this API made (says why)."),
             409: BACKEND_ERRORS[409],
-            422: _error("A query parameter is malformed (names it)."),
+            422: error_doc("A query parameter is malformed (names it)."),
             503: BACKEND_ERRORS[503],
         },
     )
@@ -521,7 +435,7 @@ def create_app(
             **AUTH_ERRORS,
             **BACKEND_ERRORS,
             **BODY_ERRORS,
-            409: _error(
+            409: error_doc(
                 "The filter matches more documents than `max_documents` (nothing was"
                 " deleted), or the index is not set up for the request."
             ),
@@ -553,17 +467,17 @@ def create_app(
     ) -> SearchResponse:
         """Hybrid (or single-leg) search within the caller's tenant, over the chunks its
         principals may read and its `filter` selects (both applied inside every leg)."""
-        after = (
+        paged = (
             None if body.cursor is None else decode_search_cursor(body.cursor, cursor_generation)
         )
         access = reads(body, grant)
         result = await backend.search(
-            grant.tenant, body.query, body.k, body.mode, body.rerank, access, after
+            grant.tenant, body.query, body.k, body.mode, body.rerank, access, paged
         )
         out = hit_out(result)
-        if result.next_after is not None:
+        if result.next_paged is not None:
             out.next_cursor = encode_search_cursor(
-                cursor_generation or ANY_GENERATION, result.next_after
+                cursor_generation or ANY_GENERATION, result.next_paged
             )
         return out
 

@@ -27,7 +27,7 @@ from ragindex.filters import Filter, TermExpr, compile_access, matches
 from ragindex.fusion import reciprocal_rank_fusion
 from ragindex.passages import passage_text
 from ragindex.protocols import DenseIndex, Embedder, LexicalIndex, Reranker, Vectors
-from ragindex.router.documents import is_after, sort_key
+from ragindex.router.documents import SEARCH_DEPTH, Paged, sort_key
 from ragindex.types import Chunk, Hit, ScoredId, refuse_surrogates, validate_tenant
 
 Mode = Literal["hybrid", "dense", "lexical"]
@@ -63,9 +63,9 @@ class SearchResult:
     hits: list[Hit]
     timings_ms: dict[str, float] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
-    # Where the next page starts (the last hit's score and chunk id) when this page is full;
-    # None when it ends the results.
-    next_after: tuple[float, str] | None = None
+    # The hits this page and the earlier ones returned, when this page is full and the
+    # search's depth not reached; None when it ends the results.
+    next_paged: Paged | None = None
 
 
 def engine_ms(timings_ms: dict[str, float]) -> float:
@@ -137,14 +137,15 @@ class QueryEngine:
         mode: str = "hybrid",
         rerank: bool | None = None,
         access: Access | None = None,
-        after: tuple[float, str] | None = None,
+        paged: Paged | None = None,
     ) -> SearchResult:
         """Hybrid (or single-leg) search for one tenant; the tenant filter, the caller's
         principals and the request's filter are inside each leg (`access`).
 
-        Hits are ordered by (score descending, chunk id ascending); `after` (a search
-        cursor's position) returns the page of hits strictly after it. Pages run through the
-        fused candidates of the legs (reranked: the reranker's pool), as deep as they go."""
+        Hits are ordered by (score descending, chunk id ascending); `paged` (a search
+        cursor's hits of earlier pages) returns the best hits not among them, each leg asked
+        that much deeper. Pages run SEARCH_DEPTH hits deep at most (reranked: through the
+        reranker's pool)."""
         tenant_id = validate_tenant(tenant_id)
         query, k, checked_mode = validate_search(query, self.fusion.top_k if k is None else k, mode)
         use_rerank = self.reranker is not None if rerank is None else rerank
@@ -152,8 +153,12 @@ class QueryEngine:
             raise NotConfigured("rerank was requested but this index has no reranker configured")
 
         result = SearchResult(hits=[])
+        paged = paged or Paged()
+        k = min(k, SEARCH_DEPTH - len(paged))
+        if k <= 0:
+            return result
         timings = result.timings_ms
-        candidates = max(self.fusion.candidates, k)
+        candidates = max(self.fusion.candidates, k + len(paged))
         legs: dict[str, list[str]] = {}
         access = access or Access()
         expr = access.expression()
@@ -195,17 +200,17 @@ class QueryEngine:
             weights = {"dense": self.fusion.dense_weight, "lexical": self.fusion.lexical_weight}
             if len(legs) == 1:  # one leg alone keeps its own order, whatever its weight
                 weights = {}
-            # one total order for every page: score, then chunk id (a cursor resumes it);
-            # reranked pages are cut after the reranker's order, below
-            paged = after is not None and not use_rerank
+            # one total order: score, then chunk id; reranked pages are cut after the
+            # reranker's order, below
+            paging = bool(paged) and not use_rerank
             pool = reciprocal_rank_fusion(
                 legs,
                 k=self.fusion.rrf_k,
                 weights=weights,
-                top=None if paged else pool_size,
+                top=None if paging else pool_size,
             )
-            if paged:
-                pool = [f for f in pool if is_after(f.score, f.chunk_id, after)][:pool_size]
+            if paging:
+                pool = [f for f in pool if f.chunk_id not in paged][:pool_size]
         with _timed(timings, "fetch"):
             found = self.chunks.get_chunks(tenant_id, [f.chunk_id for f in pool])
         # A chunk deleted, or re-written with another ACL or metadata, between the leg search
@@ -223,11 +228,10 @@ class QueryEngine:
                 hit.ranks["fused"] = fused_rank
                 hit.score = float(score)
             hits.sort(key=lambda h: sort_key(h.score, h.chunk.chunk_id))
-            hits = [h for h in hits if is_after(h.score, h.chunk.chunk_id, after)]
+            hits = [h for h in hits if h.chunk.chunk_id not in paged]
         result.hits = hits[:k]
-        if len(result.hits) == k:
-            last = result.hits[-1]
-            result.next_after = (last.score, last.chunk.chunk_id)
+        if len(result.hits) == k and len(paged) + k < SEARCH_DEPTH:
+            result.next_paged = paged.adding(h.chunk.chunk_id for h in result.hits)
         return result
 
     def _dense_leg(

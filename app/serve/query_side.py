@@ -52,6 +52,7 @@ from ragindex.router import (
     Access,
     Answer,
     AnswerService,
+    Paged,
     QueryEngine,
     SearchResult,
     merge_summaries,
@@ -297,11 +298,11 @@ class LocalQuerySide:
         mode: str,
         rerank: bool | None,
         access: Access | None = None,
-        after: tuple[float, str] | None = None,
+        paged: Paged | None = None,
     ) -> SearchResult:
         if self.engine is None:
             raise BackendUnavailable("the index is still opening; retry shortly")
-        return self.engine.search(tenant_id, query, k, mode, rerank, access, after)
+        return self.engine.search(tenant_id, query, k, mode, rerank, access, paged)
 
     def document(self, tenant_id: str, source: str, doc_id: str, access: Access) -> list[Chunk]:
         """The chunks of one document of the tenant that `access` may read."""
@@ -524,9 +525,9 @@ class ClusterQuerySide:
         mode: str,
         rerank: bool | None,
         access: Access | None = None,
-        after: tuple[float, str] | None = None,
+        paged: Paged | None = None,
     ) -> SearchResult:
-        return self.engine.search(tenant_id, query, k, mode, rerank, access, after)
+        return self.engine.search(tenant_id, query, k, mode, rerank, access, paged)
 
     def document(self, tenant_id: str, source: str, doc_id: str, access: Access) -> list[Chunk]:
         """The chunks of one document of the tenant that `access` may read."""

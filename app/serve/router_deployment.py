@@ -35,6 +35,7 @@ from ragindex.router import (
     Access,
     Answer,
     DocumentPage,
+    Paged,
     SearchResult,
     TokenVerifier,
     bounded_deletes,
@@ -117,10 +118,10 @@ class Router:
         mode: str,
         rerank: bool | None,
         access: Access | None = None,
-        after: tuple[float, str] | None = None,
+        paged: Paged | None = None,
     ) -> SearchResult:
         return await self.searches.run(
-            self.side.search, tenant_id, query, k, mode, rerank, access, after
+            self.side.search, tenant_id, query, k, mode, rerank, access, paged
         )
 
     async def document(

@@ -15,14 +15,16 @@ from ragindex.errors import InvalidInput, TooManyMatches
 from ragindex.router import SearchResult, TokenVerifier, create_app, create_token
 from ragindex.router.documents import (
     LIST_CURSOR_PATTERN,
+    SEARCH_CURSOR_MAX_CHARS,
+    SEARCH_DEPTH,
     DocumentPage,
+    Paged,
     bounded_deletes,
     decode_list_cursor,
     decode_search_cursor,
     document_view,
     encode_list_cursor,
     encode_search_cursor,
-    is_after,
     merge_summaries,
     page_documents,
     search_cursor_pattern,
@@ -32,41 +34,43 @@ from ragindex.router.query import Access
 from ragindex.types import Chunk, Hit
 
 GEN = "0a1b2c3d"
-SCORES = [0.0328, -2.5, 1e-05, 1.5e20, 0.0, 7.0, 0.016393442622950817, -0.0]
 CHUNK_IDS = ["wiki:a:0", "1.2:3.4:5", "s:d.0:12", "wiki:volcano.e-05:7"]
 
 
-@pytest.mark.parametrize("score", SCORES)
-@pytest.mark.parametrize("chunk_id", CHUNK_IDS)
-def test_a_search_cursor_decodes_to_its_position_and_matches_the_stated_syntax(
-    score: float, chunk_id: str
+@pytest.mark.parametrize("count", [1, 4, SEARCH_DEPTH])
+def test_a_search_cursor_decodes_to_what_was_paged_and_matches_the_stated_syntax(
+    count: int,
 ) -> None:
-    cursor = encode_search_cursor(GEN, (score, chunk_id))
-    assert decode_search_cursor(cursor, GEN) == (score, chunk_id)
+    ids = [CHUNK_IDS[n % 4] + str(n) for n in range(count)]
+    paged = Paged().adding(ids)
+    cursor = encode_search_cursor(GEN, paged)
+    assert decode_search_cursor(cursor, GEN) == paged
+    assert all(i in paged for i in ids) and "wiki:never:0" not in paged
+    assert len(cursor) <= SEARCH_CURSOR_MAX_CHARS
     assert re.match(search_cursor_pattern(GEN), cursor)
     assert re.match(search_cursor_pattern(), cursor)
     assert not re.match(search_cursor_pattern("ffffffff"), cursor)
 
 
 def test_a_search_cursor_of_another_generation_or_malformed_is_refused() -> None:
-    cursor = encode_search_cursor(GEN, (0.5, "wiki:a:0"))
+    paged = Paged().adding(["wiki:a:0"])
+    cursor = encode_search_cursor(GEN, paged)
     with pytest.raises(InvalidInput, match="generation 0a1b2c3d, this index serves ffffffff"):
         decode_search_cursor(cursor, "ffffffff")
-    assert decode_search_cursor(cursor, None) == (0.5, "wiki:a:0")  # no generation: any
+    assert decode_search_cursor(cursor, None) == paged  # no generation: any
     for bad in (
         "",
-        "s1/0a1b2c3d/0.5/wiki:a",  # no chunk number
-        "s1/0a1b2c3d/x/wiki:a:0",
-        "s2/0a1b2c3d/0.5/wiki:a:0",
-        "s1/0A1B2C3D/0.5/wiki:a:0",
-        "s1/0a1b2c3d/1e999/wiki:a:0",  # inf
+        "s2/0a1b2c3d/",  # nothing paged
+        cursor + "x",  # not whole hashes
+        cursor.replace("s2/", "s1/"),
+        cursor.replace(GEN, GEN.upper()),
         cursor + "/",
-        "s1/0a1b2c3d/0.5/" + "x" * 300 + ":a:0",
+        cursor[:-1] + "=",
+        "s2/0a1b2c3d/" + "A" * 8 * (SEARCH_DEPTH + 1),
+        "s1/0a1b2c3d/0.5/wiki:a:0",  # the old (score, chunk id) syntax
     ):
         with pytest.raises(InvalidInput, match="cursor"):
             decode_search_cursor(bad, GEN)
-    with pytest.raises(ValueError):
-        encode_search_cursor(GEN, (float("nan"), "wiki:a:0"))
 
 
 def test_a_list_cursor_decodes_to_its_key_and_bad_ones_are_refused() -> None:
@@ -78,36 +82,36 @@ def test_a_list_cursor_decodes_to_its_key_and_bad_ones_are_refused() -> None:
             decode_list_cursor(bad)
 
 
-def page_through(hits: list[tuple[float, str]], k: int) -> list[list[tuple[float, str]]]:
-    """Pages of k as the engine cuts them: the hits after the cursor, in the search's order."""
-    pages: list[list[tuple[float, str]]] = []
-    after: tuple[float, str] | None = None
-    while True:
-        ordered = sorted(hits, key=lambda h: sort_key(*h))
-        page = [h for h in ordered if is_after(h[0], h[1], after)][:k]
-        pages.append(page)
-        if len(page) < k:
-            return pages
-        after = page[-1]
+def next_page(hits: list[tuple[float, str]], paged: Paged, k: int) -> list[tuple[float, str]]:
+    """A page as the engine cuts it: the best hits in the search's order not paged yet."""
+    return [h for h in sorted(hits, key=lambda h: sort_key(*h)) if h[1] not in paged][:k]
 
 
 def test_pages_of_tied_scores_follow_one_total_order_without_repeats() -> None:
     hits = [(0.5, f"s:d{i}:0") for i in range(5)] + [(0.25, "a:b:0"), (0.75, "z:z:0")]
-    pages = page_through(hits, 2)
+    pages, paged = [], Paged()
+    while True:
+        pages.append(next_page(hits, paged, 2))
+        if len(pages[-1]) < 2:
+            break
+        paged = paged.adding(c for _, c in pages[-1])
     flat = [h for page in pages for h in page]
     assert flat == [(0.75, "z:z:0")] + [(0.5, f"s:d{i}:0") for i in range(5)] + [(0.25, "a:b:0")]
     assert [len(p) for p in pages] == [2, 2, 2, 1]
 
 
-def test_a_write_between_pages_never_repeats_or_reorders_what_was_paged() -> None:
+def test_a_write_between_pages_never_repeats_a_hit_or_hides_one_still_in_the_results() -> None:
     hits = [(1.0 - i / 10, f"s:d{i}:0") for i in range(6)]
-    first = sorted(hits, key=lambda h: sort_key(*h))[:3]
-    after = first[-1]
-    # a new hit ranked before the cursor, one after it, and one already paged is deleted
-    changed = [h for h in hits if h != first[0]] + [(0.95, "new:x:0"), (0.55, "new:y:0")]
-    second = [h for h in sorted(changed, key=lambda h: sort_key(*h)) if is_after(*h, after)]
-    assert not set(second) & set(first)
-    assert second == [(0.7, "s:d3:0"), (0.6, "s:d4:0"), (0.55, "new:y:0"), (0.5, "s:d5:0")]
+    first = next_page(hits, Paged(), 3)
+    paged = Paged().adding(c for _, c in first)
+    # a new hit ranked among the paged ones, one after them; a paged one deleted; a hit not
+    # paged yet rises above the paged ones and a paged one falls below the rest (BM25's
+    # statistics moved by the write)
+    changed = [(0.95, "new:x:0"), (0.55, "new:y:0"), (0.85, "s:d1:0"), (0.1, "s:d2:0")]
+    changed += [(1.5, "s:d5:0"), (0.7, "s:d3:0"), (0.6, "s:d4:0")]
+    second = next_page(changed, paged, 10)
+    assert not {c for _, c in second} & {c for _, c in first}
+    assert [c for _, c in second] == ["s:d5:0", "new:x:0", "s:d3:0", "s:d4:0", "new:y:0"]
 
 
 SUMMARIES = {
@@ -203,13 +207,14 @@ class Backend:
         return {"accepted": accepted, "applied": None if wait_s is None else True}
 
     async def search(self, tenant_id: str, *args: Any) -> SearchResult:
-        _query, k, _mode, _rerank, access, after = args
-        self.searched.append(after)
+        _query, k, _mode, _rerank, access, paged = args
+        self.searched.append(paged)
+        paged = paged or Paged()
         readable = sorted(self._readable(tenant_id, access), key=lambda c: c.chunk_id)
         hits = [Hit(c, 0.5, {"dense": i + 1}) for i, c in enumerate(readable)]
-        hits = [h for h in hits if is_after(h.score, h.chunk.chunk_id, after)][:k]
-        last = (hits[-1].score, hits[-1].chunk.chunk_id) if len(hits) == k else None
-        return SearchResult(hits, next_after=last)
+        hits = [h for h in hits if h.chunk.chunk_id not in paged][:k]
+        more = paged.adding(h.chunk.chunk_id for h in hits) if len(hits) == k else None
+        return SearchResult(hits, next_paged=more)
 
 
 Api = tuple[TestClient, Backend, dict[str, dict[str, str]]]
@@ -310,7 +315,7 @@ def test_search_pages_with_its_cursor_and_refuses_another_generations(api: Api) 
     body = {"query": "q", "k": 1}
     first = client.post("/v1/search", json=body, headers=h["eng"]).json()
     assert [x["chunk_id"] for x in first["hits"]] == ["wiki:a:0"]
-    assert first["next_cursor"] == encode_search_cursor(GEN, (0.5, "wiki:a:0"))
+    assert first["next_cursor"] == encode_search_cursor(GEN, Paged().adding(["wiki:a:0"]))
     seen = [x["chunk_id"] for x in first["hits"]]
     cursor = first["next_cursor"]
     while cursor is not None:
@@ -319,7 +324,7 @@ def test_search_pages_with_its_cursor_and_refuses_another_generations(api: Api) 
         cursor = page["next_cursor"]
     assert seen == ["wiki:a:0", "wiki:a:1", "wiki:open:0"]
     asked = len(backend.searched)
-    other = encode_search_cursor("ffffffff", (0.5, "wiki:a:0"))
+    other = encode_search_cursor("ffffffff", Paged().adding(["wiki:a:0"]))
     for bad in (other, "garbage"):
         r = client.post("/v1/search", json={**body, "cursor": bad}, headers=h["eng"])
         assert is_problem(r, 400, "invalid-input") and "cursor" in r.json()["detail"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ragindex.errors import BackendUnavailable, IdentityMismatch, InvalidInput
-from ragindex.router.http import validation_message
+from ragindex.router.http_problems import validation_message
 from ragindex.router.middleware import body_too_large
 from ragindex.router.problems import PROBLEMS, code_for_error, code_for_status, problem, unwrapped
 

@@ -22,7 +22,8 @@ from ragindex.config import LexicalSpec, RagIndexSpec
 from ragindex.errors import BackendUnavailable, IdentityMismatch
 from ragindex.filters import TermExpr, parse_filter
 from ragindex.protocols import DenseIndex, LexicalIndex, Vectors
-from ragindex.router import Access, QueryEngine, engine_ms
+from ragindex.router import Access, Paged, QueryEngine, engine_ms
+from ragindex.router.documents import SEARCH_DEPTH
 from ragindex.router.query import LEG_STAGES, LEGS_WALL
 from ragindex.types import Document, ModelIdentity, ScoredId
 
@@ -208,23 +209,36 @@ def test_a_failing_dense_leg_fails_the_search_after_the_lexical_leg_ended(
 
 
 def test_pages_after_a_cursor_follow_the_whole_results_order(engine: EmbeddedIndex) -> None:
-    """The engine's hits are in one total order (score desc, chunk id), and `after` pages
-    through it: pages of 2 give the whole result, each naming where the next starts."""
+    """The engine's hits are in one total order (score desc, chunk id), and `paged` pages
+    through it: pages of 2 give the whole result, each saying which hits were returned."""
     for mode in ("hybrid", "dense", "lexical"):
         whole = engine.query.search(TENANT, QUERY, k=len(TOPICS), mode=mode)
         expected = [(h.score, h.chunk.chunk_id) for h in whole.hits]
         assert expected == sorted(expected, key=lambda h: (-h[0], h[1])) and expected
-        paged: list[tuple[float, str]] = []
-        after = None
+        pages: list[tuple[float, str]] = []
+        paged = None
         while True:
-            page = engine.query.search(TENANT, QUERY, k=2, mode=mode, after=after)
-            paged += [(h.score, h.chunk.chunk_id) for h in page.hits]
-            if page.next_after is None:
+            page = engine.query.search(TENANT, QUERY, k=2, mode=mode, paged=paged)
+            pages += [(h.score, h.chunk.chunk_id) for h in page.hits]
+            if page.next_paged is None:
                 assert len(page.hits) < 2
                 break
-            assert page.next_after == paged[-1]
-            after = page.next_after
-        assert paged == expected, mode
+            assert all(c in page.next_paged for _, c in pages) and len(page.next_paged) == len(
+                pages
+            )
+            paged = page.next_paged
+        assert pages == expected, mode
+
+
+def test_a_search_pages_no_deeper_than_its_depth(engine: EmbeddedIndex) -> None:
+    """Past SEARCH_DEPTH paged hits a search returns nothing more, and the page that reaches
+    the depth names no next page."""
+    one_short = Paged(frozenset(n.to_bytes(6, "big") for n in range(SEARCH_DEPTH - 1)))
+    last = engine.query.search(TENANT, QUERY, k=5, paged=one_short)
+    assert len(last.hits) == 1 and last.next_paged is None
+    deep = Paged(frozenset(n.to_bytes(6, "big") for n in range(SEARCH_DEPTH)))
+    beyond = engine.query.search(TENANT, QUERY, k=5, paged=deep)
+    assert beyond.hits == [] and beyond.next_paged is None
 
 
 def test_the_local_views_read_a_document_back_and_summarize_the_tenant(
