@@ -42,7 +42,7 @@ LIST_CURSOR_MAX_CHARS = 2 * 256 + 8
 def search_cursor_pattern(generation: str | None = None) -> str:
     """The syntax of a search cursor; with `generation`, only that generation's cursors."""
     gen = re.escape(generation) if generation is not None else GENERATION_PATTERN
-    return rf"^s2/({gen})/([A-Za-z0-9_-]{{{_HASH_CHARS},{_HASH_CHARS * SEARCH_DEPTH}}})$"
+    return rf"^s2/({gen})/((?:[A-Za-z0-9_-]{{{_HASH_CHARS}}}){{1,{SEARCH_DEPTH}}})$"
 
 
 LIST_CURSOR_PATTERN = rf"^d1:({_ID}):({_ID})$"
@@ -86,7 +86,7 @@ def decode_search_cursor(cursor: str, generation: str | None) -> Paged:
     """What a search cursor says was paged; InvalidInput if it is malformed or was made by
     another index generation than `generation` (None: any)."""
     found = _SEARCH_RE.match(cursor) if len(cursor) <= SEARCH_CURSOR_MAX_CHARS else None
-    if found is None or len(found.group(2)) % _HASH_CHARS:
+    if found is None:
         raise InvalidInput(
             "cursor is not a search cursor of this API: pass back a `next_cursor` unchanged"
         )
