@@ -19,7 +19,7 @@ scripts/fetch_elasticsearch.sh
 scripts/fetch_kafka.sh
 scripts/setup_pods.sh
 scripts/lint.sh
-.venv/bin/pytest "$@"
+.venv/bin/pytest --durations=25 "$@"
 .venv/bin/pytest -m pods -rP tests/operator/test_pods_e2e.py
 scripts/bench_check.sh
 .venv/bin/ragindex gate
