@@ -262,12 +262,7 @@ class LogShardReplica:
                 return applied
             self._account_written()
         # a publisher with no snapshot in the log yet publishes one once caught up
-        first_to_publish = (
-            self.publish
-            and not self._published
-            and self._since_publish > 0
-            and self._caught_up_at is not None
-        )
+        first_to_publish = self._may_publish and not self._published and self._since_publish > 0
         unsaved_s = 0.0 if self._unsaved_since is None else time.monotonic() - self._unsaved_since
         if first_to_publish or snapshot_due(self._since_snapshot, unsaved_s, self._spread):
             taken = self._capture()
@@ -310,6 +305,13 @@ class LogShardReplica:
         if self._write(taken):  # on this thread: a failure raises to the caller
             self._mark_published(taken.since_publish)
 
+    @property
+    def _may_publish(self) -> bool:
+        """A publisher publishes only once it has read its partition to the end: a snapshot
+        taken before could not say how old the records it misses are, and every replica with a
+        tombstone retention would refuse it."""
+        return self.publish and self._caught_up_at is not None
+
     def _capture(self) -> _Snapshot:
         """This replica's state at its offset, in memory (the shard's bytes, the texts' field
         maps; chunks are immutable): the applying thread pauses only for this, not for
@@ -322,10 +324,7 @@ class LogShardReplica:
             # vars, not asdict: asdict deep-copies every field (20 s per 50 k chunks)
             texts={t: [vars(c) for c in cs.values()] for t, cs in self.texts.items()},
             shard=self.shard.image(),
-            # one taken before this replica ever read to the end could not say how old the
-            # records it misses are: a replica with a tombstone retention would refuse it
-            publish=self.publish
-            and self._caught_up_at is not None
+            publish=self._may_publish
             and publish_due(
                 self._since_publish, now - self._published_at, published=self._published
             ),
