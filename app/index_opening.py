@@ -4,7 +4,7 @@ embedded data plane in one process (`ragindex.app.embedded`).
 
 Layout of a data directory (the embedded runtime):
     log/              the file log: `docs` and `chunks.<generation>` (the source of truth)
-    snapshot-log/     shard snapshots published for new replicas
+    snapshot-log/     shard snapshots published for new replicas (a file log per shard)
     generations.json  which generation serves (ragindex.app.generation_record)
     replicas/         each replica's node-local views (dense shards with text, BM25)
     tokens.json       hashed API tokens (see ragindex.router.auth)

@@ -233,12 +233,13 @@ def retire_expired(data_dir: Path, log_: Log, now: float) -> GenerationRecord:
         spec = record.spec_of(generation)
         log_.delete_topic(plane_topics(spec, APP_NAME, DEFAULT_NAMESPACE).chunks)
         # Its snapshots name offsets of the chunks topic just deleted: never load them.
-        snapshot_log = open_snapshot_log(data_dir, log_)
-        try:
-            snapshot_log.delete_topic(plane_snapshots_topic(spec, APP_NAME, DEFAULT_NAMESPACE))
-        finally:
-            if snapshot_log is not log_:
-                snapshot_log.close()
+        for shard in range(spec.dense.shards):
+            snapshot_log = open_snapshot_log(data_dir, log_, shard)
+            try:
+                snapshot_log.delete_topic(plane_snapshots_topic(spec, APP_NAME, DEFAULT_NAMESPACE))
+            finally:
+                if snapshot_log is not log_:
+                    snapshot_log.close()
         shutil.rmtree(replica_dir(data_dir, spec, REINDEX_REPLICA, 0).parent, ignore_errors=True)
         with _elasticsearch(spec) as es:
             if es is not None:

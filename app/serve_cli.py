@@ -83,7 +83,9 @@ def ensure_ray_token(data_dir: Path) -> Path:
 CLUSTER_WORKER_NICENESS = 15  # Ray's own default, kept by the cluster layout (ray_environment)
 
 
-def ray_environment(data_dir: Path, runtime: Runtime = "local") -> dict[str, str]:
+def ray_environment(
+    data_dir: Path, runtime: Runtime = "local", worker_niceness: int | None = None
+) -> dict[str, str]:
     """Environment for an offline local Ray with token authentication, the token in the data
     directory (FIELD-NOTES: usage stats off; the token file must exist before ray.init).
 
@@ -93,23 +95,27 @@ def ray_environment(data_dir: Path, runtime: Runtime = "local") -> dict[str, str
     bench serve`, box at load ~10: Ingest embedded at 0.74x of the raw embedder's rate, at
     niceness 0 0.97x). The cluster layout on one machine keeps Ray's 15: its Kafka broker runs
     beside the replicas, and at equal priority their work starved it (the 100 k bench lost the
-    broker in two runs of two at 0, in none at 15)."""
+    broker in two runs of two at 0, in none at 15). `worker_niceness` overrides either."""
+    if worker_niceness is None:
+        worker_niceness = 0 if runtime == "local" else CLUSTER_WORKER_NICENESS
     return {
         "RAY_USAGE_STATS_ENABLED": "0",
         "RAY_AUTH_MODE": "token",
         "RAY_AUTH_TOKEN_PATH": str(ensure_ray_token(data_dir)),
-        "RAY_worker_niceness": "0" if runtime == "local" else str(CLUSTER_WORKER_NICENESS),
+        "RAY_worker_niceness": str(worker_niceness),
     }
 
 
-def apply_ray_environment(data_dir: Path, runtime: Runtime = "local") -> None:
+def apply_ray_environment(
+    data_dir: Path, runtime: Runtime = "local", worker_niceness: int | None = None
+) -> None:
     """Set ray_environment in this process before it starts Ray. Ray reads its auth mode when
     first imported; a process that imported it earlier (the benchmark suite, the embedded index
     reading its views) would start a token-mode GCS from a driver still in the old mode, which
     GCS refuses (InvalidAuthToken), so Ray's config and token cache are re-read here as Ray does
     itself when it turns token mode on."""
     os.environ.pop("RAY_AUTH_TOKEN", None)  # would win over the data directory's token file
-    os.environ.update(ray_environment(data_dir, runtime))
+    os.environ.update(ray_environment(data_dir, runtime, worker_niceness))
     if "ray._raylet" in sys.modules:
         from ray._raylet import AuthenticationTokenLoader, Config  # type: ignore[attr-defined]
 

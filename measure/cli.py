@@ -85,9 +85,9 @@ def add_commands(sub: argparse._SubParsersAction[Any]) -> None:
     b.add_argument(
         "--skip",
         action="append",
-        choices=["peer", "load"],
+        choices=["peer", "load", "ingest"],
         default=[],
-        help="leave out the Elasticsearch peer or the saturation ramp",
+        help="leave out the Elasticsearch peer, the saturation ramp or the ingest rounds",
     )
     b.add_argument(
         "--log",
@@ -99,6 +99,11 @@ def add_commands(sub: argparse._SubParsersAction[Any]) -> None:
         "--shard-replicas",
         type=int,
         help="run the cluster layout (each shard its own deployment) with N replicas per shard",
+    )
+    b.add_argument(
+        "--replica-niceness",
+        type=int,
+        help="the cluster layout's replicas at this niceness, 0..19 (default: Ray's 15)",
     )
     b.add_argument("--check", action="store_true", help=CHECK_HELP)
     b.set_defaults(run=lazy("ragindex.measure.bench.cli", "bench_serve_command"))

@@ -81,7 +81,7 @@ from ragindex.router.http_problems import (
     validation_message,
 )
 from ragindex.router.limits import TenantLimiter
-from ragindex.router.middleware import BodyLimit, Metrics
+from ragindex.router.middleware import BodyLimit, Metrics, server_timing
 from ragindex.router.problems import (
     code_for_error,
     code_for_status,
@@ -463,10 +463,13 @@ def create_app(
     )
     async def search(
         body: SearchRequest,
+        response: Response,
         grant: Grant = Depends(caller),  # noqa: B008 (FastAPI's idiom)
     ) -> SearchResponse:
         """Hybrid (or single-leg) search within the caller's tenant, over the chunks its
-        principals may read and its `filter` selects (both applied inside every leg)."""
+        principals may read and its `filter` selects (both applied inside every leg).
+        `Server-Timing` names what the replica spent: `app` in all, and `hop.<hop>.<part>`
+        for each call to another replica (round trip, queued there, service there)."""
         paged = (
             None if body.cursor is None else decode_search_cursor(body.cursor, cursor_generation)
         )
@@ -475,6 +478,8 @@ def create_app(
             grant.tenant, body.query, body.k, body.mode, body.rerank, access, paged
         )
         out = hit_out(result)
+        if result.hops_ms:
+            response.headers.append("server-timing", server_timing(result.hops_ms, "hop."))
         if result.next_paged is not None:
             out.next_cursor = encode_search_cursor(
                 cursor_generation or ANY_GENERATION, result.next_paged

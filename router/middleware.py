@@ -4,7 +4,7 @@ body size limit (declared or streamed)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +42,11 @@ def body_too_large(content_length: str | None, limit: int) -> bool:
         return True
 
 
+def server_timing(durations_ms: Mapping[str, float], prefix: str = "") -> str:
+    """A Server-Timing header's value: one `<prefix><name>;dur=<ms>` metric per entry."""
+    return ", ".join(f"{prefix}{name};dur={ms:.3f}" for name, ms in durations_ms.items())
+
+
 @dataclass
 class Metrics:
     """ASGI middleware counting requests and timing them by route and status; each response
@@ -68,7 +73,7 @@ class Metrics:
             if message["type"] == "http.response.start":
                 status = message["status"]
                 held_ms = (time.perf_counter() - start) * 1000
-                timing = (b"server-timing", f"app;dur={held_ms:.3f}".encode())
+                timing = (b"server-timing", server_timing({"app": held_ms}).encode())
                 message = {**message, "headers": [*message.get("headers", ()), timing]}
             await send(message)
 

@@ -12,6 +12,7 @@ search runs it there while the calling thread embeds the query and searches the 
 
 from __future__ import annotations
 
+import contextvars
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Executor, Future
@@ -66,6 +67,9 @@ class SearchResult:
     # The hits this page and the earlier ones returned, when this page is full and the
     # search's depth not reached; None when it ends the results.
     next_paged: Paged | None = None
+    # The remote calls' round trips and the replicas' shares of them (`<hop>.<part>`, e.g.
+    # `dense.shard0.queued`), and the wait for the Router's search thread: empty in-process.
+    hops_ms: dict[str, float] = field(default_factory=dict)
 
 
 def engine_ms(timings_ms: dict[str, float]) -> float:
@@ -166,8 +170,13 @@ class QueryEngine:
         lexical_job: Future[_LexicalOutcome] | None = None
         overlapped_since = time.perf_counter()
         if checked_mode == "hybrid" and self.leg_executor is not None:
-            lexical_job = self.leg_executor.submit(
-                self._lexical_leg, query, candidates, tenant_id, expr
+            lexical_job = self.leg_executor.submit(  # in this search's context (its hop log)
+                contextvars.copy_context().run,
+                self._lexical_leg,
+                query,
+                candidates,
+                tenant_id,
+                expr,
             )
         if checked_mode in ("hybrid", "dense"):
             try:

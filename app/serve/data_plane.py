@@ -5,8 +5,9 @@
   Ingest replica, which is why documents are appended through it in every runtime).
 - Topics: `docs` and `chunks.<generation>` of this index (ragindex.topics), created if absent,
   and `snapshots.<generation>`, where shard replicas publish snapshots (shards.snapshot_log):
-  on Kafka the same cluster; on the file log (one writer: Ingest) a second file log beside it,
-  written by the publishing replica.
+  on Kafka the same cluster; on the file log (one writer: Ingest) a file log per shard beside
+  it, each written by that shard's publishing replica (a process of its own in the cluster
+  layout: a file log has one writer process).
 - Replica storage: `<node root>/replicas/<generation>/<deployment>-<rank>/`, one per replica on its
   own node. The node root is NODE_ROOT_ENV where a node sets it (a node-local volume; each node
   of a multi-node test has its own), else the data directory. Nothing in it is shared: another
@@ -42,15 +43,15 @@ def open_log(data_dir: Path) -> Log:
     return FileLog(data_dir / "log")
 
 
-def open_snapshot_log(data_dir: Path, log_: Log) -> Log:
-    """Where shard snapshots are published and fetched: `log_` itself on Kafka; beside the
-    file log, a second file log (the first has one writer, Ingest; this one's is the
-    publishing replica)."""
+def open_snapshot_log(data_dir: Path, log_: Log, shard: int) -> Log:
+    """Where snapshots of `shard` are published and fetched: `log_` itself on Kafka; beside
+    the file log, a file log of the shard's own (the first has one writer, Ingest; this one's
+    is the shard's publishing replica)."""
     if os.environ.get(KAFKA_BOOTSTRAP_ENV):
         return log_
     from ragindex.log import FileLog
 
-    return FileLog(data_dir / "snapshot-log")
+    return FileLog(data_dir / "snapshot-log" / f"shard-{shard:03d}")
 
 
 def tombstone_retention_s(spec: RagIndexSpec) -> float | None:

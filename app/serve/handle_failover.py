@@ -46,11 +46,23 @@ def call(send: Send, policy: FailoverPolicy = QUERY_FAILOVER) -> Any:
 def call_all(sends: Sequence[Send], policy: FailoverPolicy = QUERY_FAILOVER) -> list[Any]:
     """Every request's result: all first tries are in flight together (a fan-out), and each
     fails over on its own, within the one budget."""
+    return [result for result, _ in call_all_timed(sends, policy)]
+
+
+def call_all_timed(
+    sends: Sequence[Send], policy: FailoverPolicy = QUERY_FAILOVER
+) -> list[tuple[Any, float]]:
+    """`call_all`, each result with the seconds from its first send until the caller had it
+    (results are collected in the order sent)."""
     started = time.monotonic()
-    first: list[tuple[DeploymentResponse[Any], float] | None] = [
+    first: list[tuple[DeploymentResponse[Any], float]] = [
         (send(), time.monotonic()) for send in sends
     ]
-    return [_finish(send, sent, policy, started) for send, sent in zip(sends, first, strict=True)]
+    out = []
+    for send, sent in zip(sends, first, strict=True):
+        result = _finish(send, sent, policy, started)
+        out.append((result, time.monotonic() - sent[1]))
+    return out
 
 
 def _finish(

@@ -14,6 +14,7 @@ from typing import Any
 from ray.serve.handle import DeploymentHandle
 
 from ragindex.app.serve.data_plane import open_log, replica_dir, replica_rank
+from ragindex.app.serve.hops import Served
 from ragindex.app.serve.progress import ProgressReporter
 from ragindex.app.serve.query_side import open_bm25_view
 from ragindex.app.serve.topic_view import TopicView
@@ -62,8 +63,8 @@ class LexicalServer:
 
     async def search(
         self, query: str, top_k: int, tenant_id: str, access: TermExpr | None = None
-    ) -> list[ScoredId]:
-        return await self.view.run(lambda v: v.index.search(query, top_k, tenant_id, access))
+    ) -> Served[list[ScoredId]]:
+        return await self.view.served(lambda v: v.index.search(query, top_k, tenant_id, access))
 
     async def count(self, tenant_id: str) -> int:
         return await self.view.run(lambda v: v.index.count(tenant_id))

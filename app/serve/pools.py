@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
@@ -10,7 +11,8 @@ import numpy as np
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
-from ragindex.app.serve import handle_failover
+from ragindex.app.serve import handle_failover, hops
+from ragindex.app.serve.hops import Served, to_ms
 from ragindex.app.serve.threads import limit_threads
 from ragindex.config import RagIndexSpec
 from ragindex.models import load_embedder, load_reranker
@@ -30,9 +32,18 @@ class EmbedderPool:
     def describe(self) -> tuple[ModelIdentity, int]:
         return self.embedder.identity, self.embedder.max_seq_length
 
+    async def embed_query(self, text: str) -> Served[Vectors]:
+        """One query's vector; queued while its batch formed and waited for the model."""
+        entered = time.perf_counter()
+        vector, started, ended = await self._embed_batch(text)
+        return Served(vector, to_ms(started - entered), to_ms(ended - started))
+
     @serve.batch(max_batch_size=16, batch_wait_timeout_s=EMBED_BATCH_WAIT_S)
-    async def embed_query(self, texts: list[str]) -> list[Vectors]:
-        return list(self.embedder.embed_queries(texts))
+    async def _embed_batch(self, texts: list[str]) -> list[tuple[Vectors, float, float]]:
+        started = time.perf_counter()
+        vectors = self.embedder.embed_queries(texts)
+        ended = time.perf_counter()
+        return [(vector, started, ended) for vector in vectors]
 
     def embed_passages(self, texts: list[str]) -> Vectors:
         return self.embedder.embed_passages(texts)
@@ -46,8 +57,10 @@ class RerankerPool:
         limit_threads()
         self.reranker = load_reranker(RagIndexSpec.model_validate(spec).reranker)
 
-    def score(self, query: str, passages: list[str]) -> list[float]:
-        return self.reranker.score(query, passages)
+    def score(self, query: str, passages: list[str]) -> Served[list[float]]:
+        started = time.perf_counter()
+        scores = self.reranker.score(query, passages)
+        return Served(scores, 0.0, to_ms(time.perf_counter() - started))
 
 
 class RemoteEmbedder:
@@ -70,7 +83,7 @@ class RemoteEmbedder:
         self._count_tokens = count_tokens
 
     def embed_queries(self, texts: Sequence[str]) -> Vectors:
-        rows = handle_failover.call_all([partial(self.handle.embed_query.remote, t) for t in texts])
+        rows = hops.call_all([("embed", partial(self.handle.embed_query.remote, t)) for t in texts])
         return np.stack(rows).astype(np.float32)
 
     def embed_passages(self, texts: Sequence[str]) -> Vectors:
@@ -87,4 +100,4 @@ class RemoteReranker:
         self.handle = handle
 
     def score(self, query: str, passages: Sequence[str]) -> list[float]:
-        return handle_failover.call(partial(self.handle.score.remote, query, list(passages)))
+        return hops.call("rerank", partial(self.handle.score.remote, query, list(passages)))

@@ -26,7 +26,7 @@ from ray.serve.handle import DeploymentHandle
 
 from ragindex.app.answer_from_spec import answer_service
 from ragindex.app.index_opening import open_lexical
-from ragindex.app.serve import handle_failover
+from ragindex.app.serve import handle_failover, hops
 from ragindex.app.serve.data_plane import (
     applied_target,
     open_log,
@@ -162,7 +162,7 @@ class LocalQuerySide:
         self.topics = plane_topics(spec, name, namespace)
         self.snapshots_topic = plane_snapshots_topic(spec, name, namespace)
         self.publish = publish
-        self.snapshot_log: Log | None = None
+        self.snapshot_logs: list[Log] = []
         self.engine: QueryEngine | None = None
         self.dense: ReplicaDenseIndex | None = None
         self.view: LexicalView | None = None
@@ -195,7 +195,9 @@ class LocalQuerySide:
         except InvalidInput:
             return False
         identity = self.embedder.identity
-        self.snapshot_log = snapshot_log = open_snapshot_log(self.data_dir, log_)
+        self.snapshot_logs = [
+            open_snapshot_log(self.data_dir, log_, i) for i in range(self.spec.dense.shards)
+        ]
         shards = self.spec.dense.shards
         replicas = [
             LogShardReplica(
@@ -207,7 +209,12 @@ class LocalQuerySide:
                 self.spec.dense.hnsw,
                 self.spec.dense.exact_threshold,
                 SnapshotTopic(
-                    snapshot_log, self.snapshots_topic, i, shards, self.topics.chunks, identity
+                    self.snapshot_logs[i],
+                    self.snapshots_topic,
+                    i,
+                    shards,
+                    self.topics.chunks,
+                    identity,
                 ),
                 publish=self.publish,
                 tombstone_retention_s=tombstone_retention_s(self.spec),
@@ -346,8 +353,9 @@ class LocalQuerySide:
                 replica.snapshot()  # a restart replays only what came after
         if self.view is not None:
             self.view.index.close()
-        if self.snapshot_log is not None and self.snapshot_log is not self.log:
-            self.snapshot_log.close()
+        for snapshot_log in self.snapshot_logs:
+            if snapshot_log is not self.log:
+                snapshot_log.close()
         if self.log is not None:
             self.log.close()
 
@@ -367,19 +375,25 @@ class RemoteDenseIndex(ReadOnlyDense):
         identity: ModelIdentity,
         access: TermExpr | None = None,
     ) -> list[ScoredId]:
-        results = handle_failover.call_all(
+        results = hops.call_all(
             [
-                partial(s.search.remote, query_vector, top_k, tenant_id, identity, access)
-                for s in self.shards
+                (
+                    f"dense.shard{i}",
+                    partial(s.search.remote, query_vector, top_k, tenant_id, identity, access),
+                )
+                for i, s in enumerate(self.shards)
             ]
         )
         return merge_by_score(results, top_k)
 
     def get_chunks(self, tenant_id: str, chunk_ids: Sequence[str]) -> dict[str, Chunk]:
         found: dict[str, Chunk] = {}
-        for chunks in handle_failover.call_all(
+        for chunks in hops.call_all(
             [
-                partial(self.shards[shard].get_chunks.remote, tenant_id, ids)
+                (
+                    f"fetch.shard{shard}",
+                    partial(self.shards[shard].get_chunks.remote, tenant_id, ids),
+                )
                 for shard, ids in by_shard(tenant_id, chunk_ids, len(self.shards)).items()
             ]
         ):
@@ -436,8 +450,8 @@ class RemoteLexical:
     def search(
         self, query: str, top_k: int, tenant_id: str, access: TermExpr | None = None
     ) -> list[ScoredId]:
-        return handle_failover.call(
-            partial(self.handle.search.remote, query, top_k, tenant_id, access)
+        return hops.call(
+            "lexical", partial(self.handle.search.remote, query, top_k, tenant_id, access)
         )
 
     def count(self, tenant_id: str) -> int:
@@ -527,7 +541,10 @@ class ClusterQuerySide:
         access: Access | None = None,
         paged: Paged | None = None,
     ) -> SearchResult:
-        return self.engine.search(tenant_id, query, k, mode, rerank, access, paged)
+        with hops.recording() as log:
+            result = self.engine.search(tenant_id, query, k, mode, rerank, access, paged)
+        result.hops_ms = log.ms
+        return result
 
     def document(self, tenant_id: str, source: str, doc_id: str, access: Access) -> list[Chunk]:
         """The chunks of one document of the tenant that `access` may read."""

@@ -19,6 +19,7 @@ from ray.serve.handle import DeploymentHandle
 from ragindex.app.index_opening import auth_dir
 from ragindex.app.serve.data_plane import open_log, replica_dir, replica_rank
 from ragindex.app.serve.generation_report import ReportCut, generation_report
+from ragindex.app.serve.hops import served
 from ragindex.app.serve.pools import RemoteEmbedder
 from ragindex.app.serve.query_side import ClusterQuerySide, LocalQuerySide, QuerySide
 from ragindex.app.serve.threads import (
@@ -120,9 +121,12 @@ class Router:
         access: Access | None = None,
         paged: Paged | None = None,
     ) -> SearchResult:
-        return await self.searches.run(
-            self.side.search, tenant_id, query, k, mode, rerank, access, paged
+        answer = await served(
+            self.searches.run,
+            lambda: self.side.search(tenant_id, query, k, mode, rerank, access, paged),
         )
+        answer.value.hops_ms["router.queued"] = answer.queued_ms
+        return answer.value
 
     async def document(
         self, tenant_id: str, source: str, doc_id: str, access: Access

@@ -20,6 +20,7 @@ from ragindex.app.serve.data_plane import (
     replica_rank,
     tombstone_retention_s,
 )
+from ragindex.app.serve.hops import Served
 from ragindex.app.serve.progress import ProgressReporter
 from ragindex.app.serve.threads import limit_threads
 from ragindex.app.serve.topic_view import TopicView
@@ -54,7 +55,7 @@ class ShardServer:
             / "shard"
         )
         self.log = open_log(Path(data_dir))
-        self.snapshot_log = open_snapshot_log(Path(data_dir), self.log)
+        self.snapshot_log = open_snapshot_log(Path(data_dir), self.log, shard)
         self.identity, _ = await embedder.describe.remote()
         snapshots = SnapshotTopic(
             self.snapshot_log,
@@ -93,13 +94,13 @@ class ShardServer:
         tenant_id: str,
         identity: ModelIdentity,
         access: TermExpr | None = None,
-    ) -> list[ScoredId]:
-        return await self.replica.run(
+    ) -> Served[list[ScoredId]]:
+        return await self.replica.served(
             lambda v: v.search(query_vector, top_k, tenant_id, identity, access)
         )
 
-    async def get_chunks(self, tenant_id: str, chunk_ids: list[str]) -> dict[str, Chunk]:
-        return await self.replica.run(lambda v: v.get_chunks(tenant_id, chunk_ids))
+    async def get_chunks(self, tenant_id: str, chunk_ids: list[str]) -> Served[dict[str, Chunk]]:
+        return await self.replica.served(lambda v: v.get_chunks(tenant_id, chunk_ids))
 
     async def count(self, tenant_id: str) -> int:
         return await self.replica.run(lambda v: v.count(tenant_id))

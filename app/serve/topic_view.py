@@ -16,6 +16,7 @@ import contextlib
 from collections.abc import Callable
 from typing import Generic, Protocol, TypeVar
 
+from ragindex.app.serve.hops import Served, served
 from ragindex.app.serve.threads import ReplicaThread, refresh_forever
 from ragindex.errors import BackendUnavailable, InvalidInput
 from ragindex.protocols import Log
@@ -78,6 +79,10 @@ class TopicView(Generic[V]):
     async def run(self, work: Callable[[V], T]) -> T:
         """`work` on the open view, on the replica's thread."""
         return await self.thread.run(lambda: work(self.get()))
+
+    async def served(self, work: Callable[[V], T]) -> Served[T]:
+        """`run`, with how long the work waited for the thread and how long it took."""
+        return await served(self.thread.run, lambda: work(self.get()))
 
     def close(self, last: Callable[[V], object]) -> None:
         """Stop refreshing, run `last` on the open view (on its thread), stop the thread."""

@@ -225,12 +225,14 @@ def bench_serve_command(args: argparse.Namespace) -> int:
         port=getattr(args, "port", None) or free_port(),
         peer="peer" not in skip,
         load="load" not in skip,
+        ingest="ingest" not in skip,
         log=getattr(args, "log", "file"),
         shard_replicas=getattr(args, "shard_replicas", None),
+        replica_niceness=getattr(args, "replica_niceness", None),
     )
-    print(format_report(report))
-    if args.json:
+    if args.json:  # first: a run's figures outlast a failure to print them
         write_json(args.json, report)
+    print(format_report(report))
     return 1 if getattr(args, "check", False) and report["missed_goals"] else 0
 
 

@@ -7,7 +7,7 @@ import statistics
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -74,13 +74,13 @@ def wait_snapshots_published(
     topic = plane_snapshots_topic(spec, APP_NAME, DEFAULT_NAMESPACE)
     shards = spec.dense.shards
     log_ = open_log(data_dir)
-    snapshots = open_snapshot_log(data_dir, log_)
+    snapshots = [open_snapshot_log(data_dir, log_, s) for s in range(shards)]
     deadline = time.monotonic() + deadline_s
     try:
         while True:
             if all(
                 SnapshotTopic(
-                    snapshots, topic, s, shards, "", embedder_identity
+                    snapshots[s], topic, s, shards, "", embedder_identity
                 ).ends_with_manifest()
                 for s in range(shards)
             ):
@@ -91,18 +91,21 @@ def wait_snapshots_published(
                 )
             time.sleep(0.5)
     finally:
-        if snapshots is not log_:
-            snapshots.close()
+        for snapshot_log in snapshots:
+            if snapshot_log is not log_:
+                snapshot_log.close()
         log_.close()
 
 
 @dataclass
 class HttpSample:
-    """One search through HTTP: client time, the replica's share (its Server-Timing), stages."""
+    """One search through HTTP: client time, the replica's share (its Server-Timing), stages,
+    and the hops the Router's Server-Timing names (`<hop>.<part>`, without `hop.`)."""
 
     total_ms: float
     replica_ms: float
     stages_ms: dict[str, float]
+    hops_ms: dict[str, float] = field(default_factory=dict)
 
 
 def http_search(client: httpx.Client, query: str, mode: str = "hybrid") -> HttpSample:
@@ -110,20 +113,86 @@ def http_search(client: httpx.Client, query: str, mode: str = "hybrid") -> HttpS
     r = client.post("/v1/search", json={"query": query, "k": 10, "mode": mode})
     total = (time.perf_counter() - start) * 1000
     r.raise_for_status()
+    timing = server_timing(r.headers.get("server-timing", ""))
     return HttpSample(
-        total, server_timing_ms(r.headers.get("server-timing", "")), r.json()["timings_ms"]
+        total,
+        timing.get("app", float("nan")),
+        r.json()["timings_ms"],
+        {name[len(HOP) :]: ms for name, ms in timing.items() if name.startswith(HOP)},
     )
 
 
-def server_timing_ms(header: str, metric: str = "app") -> float:
-    """The `dur` of one metric of a Server-Timing header (nan when absent)."""
+HOP = "hop."
+TRIP = ".round_trip"
+
+
+def server_timing(header: str) -> dict[str, float]:
+    """Every metric of a Server-Timing header that has a `dur`, by name."""
+    out: dict[str, float] = {}
     for entry in header.split(","):
         name, *params = (p.strip() for p in entry.split(";"))
-        if name == metric:
-            for param in params:
-                if param.startswith("dur="):
-                    return float(param[4:])
-    return float("nan")
+        for param in params:
+            if param.startswith("dur="):
+                out[name] = float(param[4:])
+    return out
+
+
+def hop_table(samples: Sequence[HttpSample]) -> dict[str, Any]:
+    """Where a search's time goes, hop by hop (p50s over the samples):
+
+    - `hops`: each call the Router made to another replica, its round trip split into the
+      replica's `queued` and `service` and the rest, `transport` (serialising, Ray's routing,
+      both event loops, scheduling);
+    - `path`: the segments one search runs through in order, whose sum is checked against the
+      measured total (`path_sum_over_total`): the client and the proxy (`proxy_and_network`),
+      the Router's framework (auth, validation, serialising), its search-thread queue, the
+      two legs side by side (`legs_wall`), fusion, the fetch hop, and the rerank hop."""
+    names = sorted({k.rsplit(".", 1)[0] for s in samples for k in s.hops_ms if k.endswith(TRIP)})
+    hops = []
+    for hop in names:
+        timed = [s.hops_ms for s in samples if f"{hop}{TRIP}" in s.hops_ms]
+        row: dict[str, Any] = {"hop": hop, "calls": len(timed)}
+        for part in ("round_trip", "queued", "service"):
+            row[f"{part}_ms"] = _p50([t[f"{hop}.{part}"] for t in timed])
+        row["transport_ms"] = _p50(
+            [t[f"{hop}{TRIP}"] - t[f"{hop}.queued"] - t[f"{hop}.service"] for t in timed]
+        )
+        hops.append(row)
+    path: dict[str, float] = {}
+    queued = [s.hops_ms.get("router.queued", 0.0) for s in samples]
+    if all(s.replica_ms == s.replica_ms for s in samples):  # every answer said its `app` time
+        path["proxy_and_network_ms"] = _p50([s.total_ms - s.replica_ms for s in samples])
+        path["router_framework_ms"] = _p50(
+            [
+                s.replica_ms - engine_ms(s.stages_ms) - q
+                for s, q in zip(samples, queued, strict=True)
+            ]
+        )
+    path["router_queued_ms"] = _p50(queued)
+    path["legs_wall_ms"] = _p50([_legs_ms(s.stages_ms) for s in samples])
+    for stage in ("fusion", "fetch", "rerank"):
+        if any(stage in s.stages_ms for s in samples):
+            path[f"{stage}_ms"] = _p50([s.stages_ms.get(stage, 0.0) for s in samples])
+    total = _p50([s.total_ms for s in samples])
+    path_sum = round(sum(path.values()), 3)
+    return {
+        "hops": hops,
+        "path": path,
+        "path_sum_ms": path_sum,
+        "total_p50_ms": total,
+        "path_sum_over_total": round(path_sum / total, 3) if total else None,
+    }
+
+
+def _legs_ms(stages_ms: dict[str, float]) -> float:
+    """The legs' wall time: side by side when the search overlapped them, else their sum."""
+    if "legs_wall" in stages_ms:
+        return stages_ms["legs_wall"]
+    return sum(stages_ms.get(stage, 0.0) for stage in ("embed", "dense", "lexical"))
+
+
+def _p50(values: Sequence[float]) -> float:
+    return round(percentile(values, 50), 3)
 
 
 def stage_breakdown(samples: Sequence[HttpSample]) -> dict[str, float]:

@@ -64,7 +64,7 @@ def test_a_retired_generation_reapplied_on_the_file_log_is_rebuilt_from_offset_0
     assert len(_indexed_docs(log, topics)) == DOCS
     # One of R's replicas published a snapshot of its shard (offsets of R's chunks topic).
     snapshot_topic = plane_snapshots_topic(RETIRED, APP_NAME, DEFAULT_NAMESPACE)
-    snapshots = open_snapshot_log(tmp_path, log)
+    snapshots = open_snapshot_log(tmp_path, log, 0)
     snapshots.ensure_topic(snapshot_topic, RETIRED.dense.shards, compacted=False)
     snapshots.append(snapshot_topic, [(0, b"snapshot", b"of the retired chunks topic")])
     snapshots.close()
@@ -88,7 +88,7 @@ def test_a_retired_generation_reapplied_on_the_file_log_is_rebuilt_from_offset_0
     assert [log.committed(topics.group, topics.docs, p) for p in range(3)] == [0, 0, 0]
     assert _drain(again) == DOCS
     assert len(_indexed_docs(log, topics)) == DOCS
-    snapshots = open_snapshot_log(tmp_path, log)
+    snapshots = open_snapshot_log(tmp_path, log, 0)
     with pytest.raises(InvalidInput):  # no snapshot of the old chunks topic is loaded
         snapshots.partitions(snapshot_topic)
 

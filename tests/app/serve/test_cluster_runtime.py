@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from ragindex.config import RagIndexSpec
+from ragindex.errors import InvalidInput
 from ragindex.router import create_token
 from ragindex.serve_config import ROUTER, deployment_layout
 
@@ -177,3 +178,42 @@ def test_router_replicas_rise_under_a_ramp_and_fall_after_it(cluster: ServedApp)
             thread.join(timeout=60)
     assert answered and set(answered) == {200}, sorted(set(answered))
     eventually(lambda: routers() == 1, 120)  # downscaleDelayS after the load stopped
+
+
+def test_every_shard_publishes_its_snapshots_on_the_file_log(
+    cluster: ServedApp, cluster_spec: dict[str, Any]
+) -> None:
+    """Each shard's publishing replica is a process of its own, and a file log has one writer
+    process: each shard publishes to a snapshot log of its own (one shared log let only the
+    first shard's publisher write; the other never published)."""
+    from ragindex.app.serve.data_plane import DEFAULT_NAMESPACE, open_snapshot_log
+    from ragindex.log import FileLog
+    from ragindex.topics import plane_snapshots_topic
+
+    spec = RagIndexSpec.model_validate(cluster_spec)
+    topic = plane_snapshots_topic(spec, CLUSTER_APP, DEFAULT_NAMESPACE)
+    token = create_token(cluster.data_dir, "snapshots")
+    documents = [
+        {"source": "wiki", "doc_id": f"d{n}", "title": "", "text": f"{text} ({n})"}
+        for n, (_, text) in enumerate(list(TEXTS.values()) * 4)
+    ]
+    with cluster.client(token) as client:
+        r = client.post("/v1/documents", json={"documents": documents}, params={"wait": "true"})
+        assert r.status_code == 202 and r.json()["applied"] is True, r.text
+
+    log = FileLog(cluster.data_dir / "log")
+
+    def published(shard: int) -> bool:
+        snapshots = open_snapshot_log(cluster.data_dir, log, shard)
+        try:
+            return snapshots.end_offset(topic, shard) > 0
+        except InvalidInput:  # no snapshot topic yet
+            return False
+        finally:
+            snapshots.close()
+
+    try:
+        for shard in range(spec.dense.shards):
+            eventually(lambda: published(shard), 90)  # noqa: B023 (runs before the loop moves on)
+    finally:
+        log.close()

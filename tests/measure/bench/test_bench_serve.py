@@ -31,7 +31,12 @@ from ragindex.measure.bench.peer import (
 from ragindex.measure.bench.serve import run_bench_serve
 from ragindex.measure.bench.serve_corpus import unique_queries
 from ragindex.measure.bench.serve_ingest import INGEST_DOCS, ingest_texts, median_round
-from ragindex.measure.bench.serve_probes import HttpSample, server_timing_ms, stage_breakdown
+from ragindex.measure.bench.serve_probes import (
+    HttpSample,
+    hop_table,
+    server_timing,
+    stage_breakdown,
+)
 from ragindex.measure.servers import EsServer
 from ragindex.measure.stats import missed_goals
 from ragindex.protocols import Embedder
@@ -60,10 +65,40 @@ def test_bad_options_are_refused_before_anything_starts(tmp_path: Path) -> None:
     assert not (tmp_path / "fresh").exists()
 
 
-def test_server_timing_reads_the_named_metric() -> None:
-    assert server_timing_ms("db;dur=2, app;dur=12.5") == 12.5
-    assert server_timing_ms("app;desc=x;dur=3") == 3.0
-    assert np.isnan(server_timing_ms(""))
+def test_server_timing_reads_every_metric_with_a_duration() -> None:
+    assert server_timing("db;dur=2, app;dur=12.5") == {"db": 2.0, "app": 12.5}
+    assert server_timing("app;desc=x;dur=3, cache;desc=hit") == {"app": 3.0}
+    assert server_timing("") == {}
+
+
+def test_hop_table_splits_each_round_trip_and_sums_the_path() -> None:
+    """Two searches through a cluster Router: each hop's round trip splits into the replica's
+    queue and service and the transport left over; the path's segments add up to the total."""
+    stages = {"embed": 6.0, "dense": 5.0, "lexical": 7.0, "legs_wall": 11.0, "fusion": 0.5}
+    hops = {
+        "embed.round_trip": 6.0, "embed.queued": 1.0, "embed.service": 3.0,
+        "dense.shard0.round_trip": 4.0, "dense.shard0.queued": 0.5, "dense.shard0.service": 1.5,
+        "router.queued": 0.5,
+    }  # fmt: skip
+    samples = [
+        HttpSample(20.0, 14.0, {**stages, "fetch": 2.0}, hops),
+        HttpSample(22.0, 14.0, {**stages, "fetch": 2.0}, hops),
+    ]
+    out = hop_table(samples)
+    dense, embed = out["hops"]  # the Router's own queue is a segment of the path below
+    assert dense == {"hop": "dense.shard0", "calls": 2, "round_trip_ms": 4.0, "queued_ms": 0.5,
+                     "service_ms": 1.5, "transport_ms": 2.0}  # fmt: skip
+    assert embed["hop"] == "embed" and embed["transport_ms"] == 2.0
+    assert out["path"] == {
+        "proxy_and_network_ms": 7.0,  # totals minus the replica's: 6, 8
+        "router_framework_ms": 0.0,  # replica 14 = queued 0.5 + engine 13.5
+        "router_queued_ms": 0.5,
+        "legs_wall_ms": 11.0,
+        "fusion_ms": 0.5,
+        "fetch_ms": 2.0,
+    }
+    assert out["path_sum_ms"] == 21.0 and out["total_p50_ms"] == 21.0
+    assert out["path_sum_over_total"] == 1.0
 
 
 def test_stage_breakdown_splits_what_http_adds() -> None:
