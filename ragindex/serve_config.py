@@ -66,13 +66,19 @@ def _deployment(
     replicas: int | None = None,
     autoscaling: AutoscalingSpec | None = None,
     max_ongoing_requests: int = 32,
+    access_log: bool = True,
 ) -> dict[str, Any]:
+    """`access_log=False` for the Router's internal calls (a shard, the BM25 view, a model
+    pool): a log line per call, several per search, that the Router's own line already
+    covers (and whose formatting and write each call pays for)."""
     deployment: dict[str, Any] = {
         "name": name,
         "max_ongoing_requests": max_ongoing_requests,
         "graceful_shutdown_timeout_s": 5,
         "ray_actor_options": {"num_cpus": cpus, "num_gpus": gpus},
     }
+    if not access_log:
+        deployment["logging_config"] = {"enable_access_log": False}
     if autoscaling is not None:
         deployment["autoscaling_config"] = _autoscaling(autoscaling)
     else:
@@ -94,6 +100,13 @@ def ingest_scaling(spec: RagIndexSpec) -> AutoscalingSpec:
     )
 
 
+def query_pool(spec: RagIndexSpec) -> bool:
+    """Whether the cluster layout embeds queries in a QueryEmbedder pool (GPU embedders: it
+    batches queries onto the accelerator) or in the Router (CPU embedders: a pool would do the
+    same work on the same kind of core, plus a hop that costs more than a MiniLM query)."""
+    return spec.embedder.gpus > 0
+
+
 def deployment_layout(spec: RagIndexSpec, runtime: Runtime) -> list[dict[str, Any]]:
     """Which deployments exist, with their resources and scaling, for a runtime."""
     batch_ongoing = max(32, 2 * spec.embedder.batch_size)
@@ -105,19 +118,27 @@ def deployment_layout(spec: RagIndexSpec, runtime: Runtime) -> list[dict[str, An
             _deployment(INGEST, cpus=0.5, replicas=1, max_ongoing_requests=8),
         ]
     query_scaling = spec.scaling.query
-    layout = [
-        _deployment(ROUTER, cpus=1, autoscaling=query_scaling, max_ongoing_requests=64),
+    layout = [_deployment(ROUTER, cpus=1, autoscaling=query_scaling, max_ongoing_requests=64)]
+    if query_pool(spec):
+        layout.append(
+            _deployment(
+                QUERY_EMBEDDER,
+                cpus=1,
+                gpus=spec.embedder.gpus,
+                autoscaling=query_scaling,
+                max_ongoing_requests=batch_ongoing,
+                access_log=False,
+            )
+        )
+    layout.append(
         _deployment(
-            QUERY_EMBEDDER,
-            cpus=1,
-            gpus=spec.embedder.gpus,
-            autoscaling=query_scaling,
-            max_ongoing_requests=batch_ongoing,
-        ),
-        _deployment(LEXICAL, cpus=1, autoscaling=query_scaling, max_ongoing_requests=64),
-    ]
+            LEXICAL, cpus=1, autoscaling=query_scaling, max_ongoing_requests=64, access_log=False
+        )
+    )
     layout += [
-        _deployment(shard_deployment_name(i), cpus=1, replicas=spec.dense.replicas)
+        _deployment(
+            shard_deployment_name(i), cpus=1, replicas=spec.dense.replicas, access_log=False
+        )
         for i in range(spec.dense.shards)
     ]
     if spec.reranker.enabled:
@@ -128,6 +149,7 @@ def deployment_layout(spec: RagIndexSpec, runtime: Runtime) -> list[dict[str, An
                 gpus=spec.reranker.gpus,
                 autoscaling=query_scaling,
                 max_ongoing_requests=batch_ongoing,
+                access_log=False,
             )
         )
     layout += [

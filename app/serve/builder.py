@@ -32,6 +32,7 @@ from ragindex.serve_config import (
     ROUTER,
     Runtime,
     deployment_layout,
+    query_pool,
     shard_deployment_name,
 )
 
@@ -91,18 +92,22 @@ def build_app(args: dict[str, Any]) -> Application:
         ingest = IngestDeployment.options(**layout[INGEST]).bind(spec_json, *where)
         return RouterDeployment.options(**layout[ROUTER]).bind(spec_json, *where, "local", ingest)
 
-    query_embedder = EmbedderDeployment.options(**layout[QUERY_EMBEDDER]).bind(spec_json)
     ingest_embedder = EmbedderDeployment.options(**layout[INGEST_EMBEDDER]).bind(spec_json)
+    query_embedder = (
+        EmbedderDeployment.options(**layout[QUERY_EMBEDDER]).bind(spec_json)
+        if query_pool(parsed.spec)
+        else None  # the Router embeds queries itself
+    )
     ingest = IngestDeployment.options(**layout[INGEST]).bind(
         spec_json, *where, ingest_embedder, report_partitions=True
     )
     shards = [
         ShardDeployment.options(**layout[shard_deployment_name(i)]).bind(
-            spec_json, *where, i, query_embedder
+            spec_json, *where, i, ingest_embedder
         )
         for i in range(parsed.spec.dense.shards)
     ]
-    lexical = LexicalDeployment.options(**layout[LEXICAL]).bind(spec_json, *where, query_embedder)
+    lexical = LexicalDeployment.options(**layout[LEXICAL]).bind(spec_json, *where, ingest_embedder)
     reranker = (
         RerankerDeployment.options(**layout[RERANKER]).bind(spec_json)
         if parsed.spec.reranker.enabled

@@ -19,7 +19,7 @@ from ragindex.models import load_embedder, load_reranker
 from ragindex.protocols import Vectors
 from ragindex.types import ModelIdentity
 
-EMBED_BATCH_WAIT_S = 0.005
+EMBED_BATCH_WAIT_S = 0.0
 
 
 class EmbedderPool:

@@ -4,8 +4,9 @@
   LogShardReplica per dense shard and its own BM25 view (tantivy), all materialized from
   `chunks.<generation>` into this replica's node-local directory and caught up every
   REFRESH_S, far inside the freshness bound. Hits get their text from the shard replicas.
-- cluster: the Router fans out through handles to Shard<i> (vectors and their chunks' text),
-  Lexical (the BM25 view), QueryEmbedder (batched) and Reranker deployments; every call fails
+- cluster: the Router embeds the query (itself on CPU, else through the QueryEmbedder pool,
+  batched on its GPUs) and fans out through handles to Shard<i> (vectors and their chunks'
+  text), Lexical (the BM25 view) and Reranker deployments; every call fails
   over to another replica within a bound (app.serve.handle_failover) instead of waiting on a replica
   whose node went away.
 """
@@ -33,7 +34,7 @@ from ragindex.app.serve.data_plane import (
     open_snapshot_log,
     tombstone_retention_s,
 )
-from ragindex.app.serve.pools import RemoteEmbedder, RemoteReranker
+from ragindex.app.serve.pools import RemoteReranker
 from ragindex.app.serve.progress import (
     STALE_S,
     RunningReplicasCache,
@@ -470,7 +471,7 @@ class ClusterQuerySide:
     def __init__(
         self,
         spec: RagIndexSpec,
-        embedder: RemoteEmbedder,
+        embedder: Embedder,
         shards: list[DeploymentHandle],
         lexical: DeploymentHandle,
         reranker: DeploymentHandle | None,

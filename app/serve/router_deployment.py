@@ -21,17 +21,24 @@ from ragindex.app.serve.data_plane import open_log, replica_dir, replica_rank
 from ragindex.app.serve.generation_report import ReportCut, generation_report
 from ragindex.app.serve.hops import served
 from ragindex.app.serve.pools import RemoteEmbedder
-from ragindex.app.serve.query_side import ClusterQuerySide, LocalQuerySide, QuerySide
+from ragindex.app.serve.query_side import (
+    ClusterQuerySide,
+    LocalQuerySide,
+    QuerySide,
+    SerializedEmbedder,
+)
 from ragindex.app.serve.threads import (
     LatestResult,
     ReplicaThread,
+    limit_threads,
     refresh_forever,
     release_free_heap,
 )
 from ragindex.config import RagIndexSpec
 from ragindex.errors import BackendUnavailable
 from ragindex.generations import index_generation
-from ragindex.protocols import Log
+from ragindex.models import load_embedder
+from ragindex.protocols import Embedder, Log
 from ragindex.router import (
     Access,
     Answer,
@@ -90,15 +97,23 @@ class Router:
                 self.spec, self.data_dir, name, namespace, directory, publish=replica_rank() == 0
             )
         else:
-            assert embedder is not None and shards is not None and lexical is not None
-            identity, max_seq = await embedder.describe.remote()
-            remote = RemoteEmbedder(embedder, identity, max_seq)
-            self.side = ClusterQuerySide(self.spec, remote, shards, lexical, reranker)
+            assert shards is not None and lexical is not None
+            query_embedder: Embedder
+            if embedder is None:  # a CPU embedder: this replica embeds its queries itself
+                query_embedder = await self.views.run(self._load_query_embedder)
+            else:  # the QueryEmbedder pool (GPUs) batches them
+                identity, max_seq = await embedder.describe.remote()
+                query_embedder = RemoteEmbedder(embedder, identity, max_seq)
+            self.side = ClusterQuerySide(self.spec, query_embedder, shards, lexical, reranker)
         await self.views.run(self.side.load_models)
         self._refresher = asyncio.get_running_loop().create_task(
             refresh_forever(self.views, self.side.refresh, "refresh failed")
         )
         self._heap_trimmed = False
+
+    def _load_query_embedder(self) -> Embedder:
+        limit_threads()
+        return SerializedEmbedder(load_embedder(self.spec.embedder))
 
     def __serve_build_asgi_app__(self) -> Any:
         return create_app(

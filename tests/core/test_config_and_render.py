@@ -7,6 +7,7 @@ from ragindex.config import RagIndexSpec
 from ragindex.serve_config import (
     INGEST,
     INGEST_EMBEDDER,
+    LEXICAL,
     QUERY_EMBEDDER,
     RERANKER,
     ROUTER,
@@ -70,7 +71,20 @@ def test_cluster_layout_has_one_deployment_per_shard_and_separate_scaling():
     assert by_name[INGEST]["autoscaling_config"]["max_replicas"] == 7
     assert by_name[INGEST_EMBEDDER]["autoscaling_config"]["max_replicas"] == 7
     assert by_name[ROUTER]["autoscaling_config"]["max_replicas"] == 4
+    # the Router's internal calls log nothing per call; the Router's own requests do
+    quiet = {"enable_access_log": False}
+    assert all(by_name[n].get("logging_config") == quiet for n in ("Shard0", LEXICAL, RERANKER))
+    assert "logging_config" not in by_name[ROUTER]
     assert app["args"]["spec"]["dense"]["shards"] == 3
+
+
+def test_a_cpu_embedder_embeds_queries_in_the_router_without_a_pool():
+    """On CPU a QueryEmbedder pool does the Router's work on the same kind of core plus a
+    hop; only GPU embedders get one."""
+    cpu = RagIndexSpec.model_validate({"embedder": {"gpus": 0}})
+    app = render_serve_config(cpu, name="docs", data_dir="/d", runtime="cluster")
+    names = {d["name"] for d in app["applications"][0]["deployments"]}
+    assert QUERY_EMBEDDER not in names and {ROUTER, INGEST_EMBEDDER} <= names
 
 
 def test_ingest_never_scales_past_one_replica_per_docs_partition():

@@ -2,11 +2,12 @@
 
 The config from `render_serve_config(runtime="cluster")` is deployed the way `serve run CONFIG`
 and KubeRay do it (validated as `ServeDeploySchema`, built by the controller from the import
-path), so the Router fans out over handles to Shard<i>, Lexical, QueryEmbedder and Ingest ->
-IngestEmbedder deployments. Every cluster deployment asks for one CPU; Ray accepts more
-logical CPUs than cores, so the `cluster` fixture (conftest.py) starts its own Ray with 12
-and stops it at the end of this module. Its query path autoscales within seconds (the spec's
-upscaleDelayS/downscaleDelayS), which the autoscaling test watches.
+path), so the Router embeds each query itself (a CPU embedder: no QueryEmbedder pool) and fans
+out over handles to Shard<i>, Lexical and Ingest -> IngestEmbedder deployments. Every cluster
+deployment asks for one CPU; Ray accepts more logical CPUs than cores, so the `cluster` fixture
+(conftest.py) starts its own Ray with 12 and stops it at the end of this module. Its query
+path autoscales within seconds (the spec's upscaleDelayS/downscaleDelayS), which the
+autoscaling test watches.
 """
 
 from __future__ import annotations
@@ -89,9 +90,10 @@ def test_every_rendered_deployment_runs_as_its_own_deployment(
     layout = deployment_layout(RagIndexSpec.model_validate(cluster_spec), "cluster")
     deployments = serve.status().applications[CLUSTER_APP].deployments
     assert set(deployments) == {d["name"] for d in layout}
-    assert {"Shard0", "Shard1", "QueryEmbedder", "IngestEmbedder", "Lexical"} <= set(deployments)
+    assert {"Shard0", "Shard1", "IngestEmbedder", "Lexical"} <= set(deployments)
+    assert "QueryEmbedder" not in deployments  # a CPU embedder: the Router embeds queries
 
-    # Shards, Lexical and the Router ask QueryEmbedder for its identity while it still loads:
+    # Shards and Lexical ask IngestEmbedder for its identity while it still loads:
     # with the fixture's 2 s upscale delay it may briefly add a replica, then drop it again.
     def healthy() -> bool:
         deployments = serve.status().applications[CLUSTER_APP].deployments
@@ -127,6 +129,16 @@ def test_cluster_runtime_serves_tenants_over_remote_legs(cluster: ServedApp) -> 
             if mode != "hybrid":
                 assert set(hits[0]["ranks"]) == {mode}
             assert all("(alpha)" in h["text"] for h in hits), mode
+        # Server-Timing names each hop: its round trip, and the replica's queue and service
+        r = client.post("/v1/search", json={"query": "magma and lava", "k": 3})
+        timing = dict(
+            entry.strip().split(";dur=") for entry in r.headers["server-timing"].split(",")
+        )
+        for hop in ("dense.shard0", "dense.shard1", "lexical"):
+            parts = [float(timing[f"hop.{hop}.{p}"]) for p in ("round_trip", "queued", "service")]
+            assert parts[0] >= parts[1] + parts[2] > 0, (hop, parts)
+        assert any(name.startswith("hop.fetch.shard") for name in timing), timing
+        assert float(timing["app"]) > float(timing["hop.router.queued"]) >= 0
 
     with cluster.client(tokens["beta"]) as client:
         for mode in ("hybrid", "dense", "lexical"):
