@@ -234,11 +234,16 @@ class TantivyIndex:
         ]
         if not clauses:
             return []
-        required = [self._tenant_clause(tenant_id), tantivy.Query.boolean_query(clauses)]
+        searcher = self._index.searcher()
+        required = [tantivy.Query.boolean_query(clauses)]
+        if not holds_only(searcher, tenant_id):
+            required.append(self._tenant_clause(tenant_id))
         if access is not None:
             required.append(self._access_clause(access))
-        full = tantivy.Query.boolean_query([(tantivy.Occur.Must, q) for q in required])
-        searcher = self._index.searcher()
+        if len(required) == 1:  # the bare disjunction: tantivy prunes it (block-max WAND)
+            full = required[0]
+        else:
+            full = tantivy.Query.boolean_query([(tantivy.Occur.Must, q) for q in required])
         result = searcher.search(full, limit=top_k, count=False)
         hits = []
         for score, address in result.hits:
@@ -278,3 +283,14 @@ def _check_layout(path: Path) -> None:
             f"the tantivy index at {path} was built by an older ragindex (no title/body or"
             f" filter fields): delete {path} and re-ingest, or use a new data directory"
         )
+
+
+def holds_only(searcher: tantivy.Searcher, tenant_id: str) -> bool:
+    """Whether every document of the index, live or deleted, is `tenant_id`'s (a one-tenant
+    index, or one per tenant): then the tenant clause filters nothing, and a search without it
+    lets tantivy prune the BM25 disjunction (at 100 k chunks the clause cost ~2 ms of ~5).
+    A term stays in the dictionary while any document of it, even deleted, is in a segment."""
+    if searcher.doc_freq("tenant_id", tenant_id) < searcher.num_docs:
+        return False  # some live document is another tenant's: no need to walk the terms
+    only = searcher.terms_with_prefix("tenant_id", "", limit=2)
+    return [term for term, _ in only] == [tenant_id]

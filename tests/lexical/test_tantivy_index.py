@@ -35,6 +35,23 @@ def test_score_is_plain_bm25(tantivy_index: EmbeddedBm25, make_chunk: MakeChunk)
     )
 
 
+def test_a_one_tenant_index_searches_without_the_tenant_clause_and_stays_isolated(
+    tantivy_index: EmbeddedBm25, make_chunk: MakeChunk
+) -> None:
+    """While every document is one tenant's, its searches leave the tenant clause out (it
+    would filter nothing); once another tenant's document arrives, and while its deleted
+    document is still in a segment, the clause is back: no tenant sees another's chunks."""
+    tantivy_index.upsert([make_chunk("t1", f"s:a:{n}", f"heat flux {n}") for n in range(3)])
+    assert sorted(ids(tantivy_index.search("heat", 10, "t1"))) == ["s:a:0", "s:a:1", "s:a:2"]
+    assert tantivy_index.search("heat", 10, "t2") == []
+    tantivy_index.upsert([make_chunk("t2", "s:b:0", "heat shield")])
+    assert ids(tantivy_index.search("heat", 10, "t2")) == ["s:b:0"]
+    assert "s:b:0" not in ids(tantivy_index.search("heat", 10, "t1"))
+    tantivy_index.delete("t2", ["s:b:0"])
+    assert tantivy_index.search("heat", 10, "t2") == []
+    assert len(tantivy_index.search("heat", 10, "t1")) == 3
+
+
 def test_persists_across_reopen(open_bm25: OpenBm25, tmp_path: Path, make_chunk: MakeChunk) -> None:
     index = open_bm25(tmp_path / "ix")
     index.upsert([make_chunk("t1", "s:a:0", "hypersonic heating")])
