@@ -6,7 +6,10 @@ on a noisy machine (ratios and differences from one run are the figures to trust
 - hybrid search p50/p99 through HTTP vs the same queries through the in-process engine (the
   Router's own query path, opened read-only in this process), their difference, and the HTTP
   searches' stages (embed, dense, lexical, fusion, fetch) with what HTTP adds split into the
-  replica's share (its Server-Timing) and the proxy and network's;
+  replica's share (its Server-Timing) and the proxy and network's; `hop_table`: each call the
+  Router made to another replica (the Server-Timing `hop.*` metrics: round trip, the replica's
+  queue and service, the transport left over) and the path's segments summed against the
+  measured total;
 - the like-for-like peer: ragindex lexical-only search through HTTP vs Elasticsearch BM25
   through HTTP (a real local Elasticsearch holding the same chunks), same queries, with the
   in-process lexical leg as the floor (bench_peer);
