@@ -118,18 +118,21 @@ def deployment_layout(spec: RagIndexSpec, runtime: Runtime) -> list[dict[str, An
             _deployment(INGEST, cpus=0.5, replicas=1, max_ongoing_requests=8),
         ]
     query_scaling = spec.scaling.query
+
+    def model_pool(name: str, gpus: float) -> dict[str, Any]:
+        """A model pool of the query path: batched calls, scaled with the query path."""
+        return _deployment(
+            name,
+            cpus=1,
+            gpus=gpus,
+            autoscaling=query_scaling,
+            max_ongoing_requests=batch_ongoing,
+            access_log=False,
+        )
+
     layout = [_deployment(ROUTER, cpus=1, autoscaling=query_scaling, max_ongoing_requests=64)]
     if query_pool(spec):
-        layout.append(
-            _deployment(
-                QUERY_EMBEDDER,
-                cpus=1,
-                gpus=spec.embedder.gpus,
-                autoscaling=query_scaling,
-                max_ongoing_requests=batch_ongoing,
-                access_log=False,
-            )
-        )
+        layout.append(model_pool(QUERY_EMBEDDER, spec.embedder.gpus))
     layout.append(
         _deployment(
             LEXICAL, cpus=1, autoscaling=query_scaling, max_ongoing_requests=64, access_log=False
@@ -142,16 +145,7 @@ def deployment_layout(spec: RagIndexSpec, runtime: Runtime) -> list[dict[str, An
         for i in range(spec.dense.shards)
     ]
     if spec.reranker.enabled:
-        layout.append(
-            _deployment(
-                RERANKER,
-                cpus=1,
-                gpus=spec.reranker.gpus,
-                autoscaling=query_scaling,
-                max_ongoing_requests=batch_ongoing,
-                access_log=False,
-            )
-        )
+        layout.append(model_pool(RERANKER, spec.reranker.gpus))
     layout += [
         _deployment(INGEST, cpus=1, autoscaling=ingest_scaling(spec), max_ongoing_requests=8),
         _deployment(
