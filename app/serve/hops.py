@@ -26,7 +26,6 @@ from typing import Any, Generic, TypeVar
 from ragindex.app.serve import handle_failover
 
 T = TypeVar("T")
-PARTS = ("round_trip", "queued", "service")
 
 
 @dataclass(frozen=True)
@@ -59,7 +58,8 @@ async def served(
 
 
 class HopLog:
-    """One search's hops: `<hop>.<part>` -> milliseconds, parts as in PARTS."""
+    """One search's hops: `<hop>.<part>` -> milliseconds, the parts `round_trip`, `queued`
+    and `service`."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()  # the legs record from their own threads

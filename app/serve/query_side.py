@@ -196,10 +196,8 @@ class LocalQuerySide:
         except InvalidInput:
             return False
         identity = self.embedder.identity
-        self.snapshot_logs = [
-            open_snapshot_log(self.data_dir, log_, i) for i in range(self.spec.dense.shards)
-        ]
         shards = self.spec.dense.shards
+        self.snapshot_logs = [open_snapshot_log(self.data_dir, log_, i) for i in range(shards)]
         replicas = [
             LogShardReplica(
                 log_,
