@@ -385,10 +385,17 @@ class ElasticsearchIndex:
         self._bulk(ops, ids)
 
     def search(
-        self, query: str, top_k: int, tenant_id: str, access: TermExpr | None = None
+        self,
+        query: str,
+        top_k: int,
+        tenant_id: str,
+        access: TermExpr | None = None,
+        *,
+        with_chunks: int = 0,
     ) -> list[ScoredId]:
         """BM25 top_k of one tenant through the alias (RM3-expanded when configured), `access`
-        as filter clauses inside the query; text with no tokens matches nothing."""
+        as filter clauses inside the query; text with no tokens matches nothing. The index
+        holds no whole chunks, so `with_chunks` is left to the caller's fetch."""
         text, k, tenant = validate_search(query, top_k, tenant_id)
         return bm25_search(partial(self._run_terms, access=access), text, k, tenant, self.rm3)
 

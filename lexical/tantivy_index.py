@@ -8,7 +8,9 @@ required clause inside the query, scored 0 so that it leaves BM25 scores alone.
 
 Title and body are separate fields, each with its own BM25 statistics; a query is the sum of
 boosted per-field term scores (see documents.field_clauses), as on Elasticsearch. Both fields
-are stored so that RM3 feedback can read its feedback hits' text.
+are stored so that RM3 feedback can read its feedback hits' text, and with the rest of the chunk
+(`chunk`, stored only) a search can answer its top hits' chunks (`with_chunks`) without a fetch
+from the shards. An index made before the `chunk` field keeps working without it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Mapping, Sequence
+from dataclasses import asdict
 from functools import partial
 from pathlib import Path
 
@@ -43,10 +46,12 @@ from ragindex.lexical.feedback import bm25_search
 from ragindex.types import Chunk, ScoredId
 
 _WRITER_HEAP_BYTES = 32_000_000
+CHUNK_FIELD = "chunk"
 
 
 def build_schema() -> tantivy.Schema:
-    """title, body: analysed like ES `standard`, stored; tenant_id, chunk_id, key: exact."""
+    """title, body: analysed like ES `standard`, stored; tenant_id, chunk_id, key: exact;
+    chunk: the chunk's other fields (JSON), stored and not indexed."""
     builder = tantivy.SchemaBuilder()
     for field in (TITLE_FIELD, BODY_FIELD):
         builder.add_text_field(
@@ -56,7 +61,21 @@ def build_schema() -> tantivy.Schema:
     builder.add_text_field("chunk_id", stored=True, tokenizer_name="raw", index_option="basic")
     builder.add_text_field("key", stored=False, tokenizer_name="raw", index_option="basic")
     builder.add_text_field(FILTER_FIELD, stored=False, tokenizer_name="raw", index_option="basic")
+    builder.add_bytes_field(CHUNK_FIELD, stored=True, indexed=False)
     return builder.build()
+
+
+def chunk_rest(chunk: Chunk) -> bytes:
+    """What the `chunk` field stores: every field of the chunk but the two stored as text."""
+    rest = asdict(chunk)
+    del rest["title"], rest["text"]
+    return json.dumps(rest, separators=(",", ":")).encode()
+
+
+def stored_chunk(doc: tantivy.Document) -> Chunk:
+    """The chunk a document of this schema was made from (see chunk_rest)."""
+    title, text = ("".join(doc.get_all(f)) for f in (TITLE_FIELD, BODY_FIELD))
+    return Chunk(title=title, text=text, **json.loads(doc[CHUNK_FIELD][0]))
 
 
 class TantivyIndex:
@@ -67,11 +86,13 @@ class TantivyIndex:
         index: tantivy.Index,
         path: Path | None,
         read_only: bool = False,
+        stores_chunks: bool = True,
         boosts: FieldBoosts | None = None,
         rm3: Rm3Spec | None = None,
         heap_bytes: int = _WRITER_HEAP_BYTES,
     ) -> None:
         self._index = index
+        self.stores_chunks = stores_chunks
         self.boosts = boosts or FieldBoosts()
         self.rm3 = rm3
         self._schema = index.schema
@@ -110,10 +131,11 @@ class TantivyIndex:
         if read_only:
             if path is None or not (Path(path) / "meta.json").exists():
                 raise BackendUnavailable(f"no tantivy index at {path} to open read-only")
+            stores_chunks = _check_layout(Path(path))
             index = tantivy.Index.open(str(path))
-            _check_layout(Path(path))
             index.register_tokenizer(ANALYZER_NAME, build_analyzer())
-            return cls(index, Path(path), read_only=True, boosts=boosts, rm3=rm3)
+            return cls(index, Path(path), True, stores_chunks, boosts=boosts, rm3=rm3)
+        stores_chunks = True
         if path is None:
             index = tantivy.Index(schema)
             where = None
@@ -121,10 +143,14 @@ class TantivyIndex:
             where = Path(path)
             where.mkdir(parents=True, exist_ok=True)
             if (where / "meta.json").exists():
-                _check_layout(where)
-            index = tantivy.Index(schema, path=str(where), reuse=True)
+                stores_chunks = _check_layout(where)
+                index = tantivy.Index.open(str(where))  # with the schema it was made with
+            else:
+                index = tantivy.Index(schema, path=str(where))
         index.register_tokenizer(ANALYZER_NAME, build_analyzer())
-        return cls(index, where, boosts=boosts, rm3=rm3, heap_bytes=heap_bytes)
+        return cls(
+            index, where, False, stores_chunks, boosts=boosts, rm3=rm3, heap_bytes=heap_bytes
+        )
 
     def _live_writer(self) -> tantivy.IndexWriter:
         if self._read_only:
@@ -168,6 +194,7 @@ class TantivyIndex:
                             chunk_id=chunk.chunk_id,
                             key=key,
                             **{FILTER_FIELD: filter_terms(chunk)},
+                            **({CHUNK_FIELD: chunk_rest(chunk)} if self.stores_chunks else {}),
                         )
                     )
                 self._commit(writer)
@@ -197,13 +224,23 @@ class TantivyIndex:
         return tantivy.Query.const_score_query(term, 0.0)
 
     def search(
-        self, query: str, top_k: int, tenant_id: str, access: TermExpr | None = None
+        self,
+        query: str,
+        top_k: int,
+        tenant_id: str,
+        access: TermExpr | None = None,
+        *,
+        with_chunks: int = 0,
     ) -> list[ScoredId]:
         """BM25 top_k of one tenant (RM3-expanded when configured), `access` as filter
-        clauses inside the query; text with no tokens matches nothing."""
+        clauses inside the query; text with no tokens matches nothing. The first
+        `with_chunks` hits carry their chunk, read from the same stored document as the id."""
         text, k, tenant = validate_search(query, top_k, tenant_id)
         self._check_open()
-        return bm25_search(partial(self._run_terms, access=access), text, k, tenant, self.rm3)
+        run = partial(
+            self._run_terms, access=access, with_chunks=with_chunks if self.stores_chunks else 0
+        )
+        return bm25_search(run, text, k, tenant, self.rm3)
 
     def _access_clause(self, expr: TermExpr) -> tantivy.Query:
         if isinstance(expr, AnyTerm):
@@ -221,6 +258,7 @@ class TantivyIndex:
         tenant_id: str,
         with_text: bool,
         access: TermExpr | None = None,
+        with_chunks: int = 0,
     ) -> list[tuple[ScoredId, str]]:
         clauses = [
             (
@@ -246,12 +284,13 @@ class TantivyIndex:
             full = tantivy.Query.boolean_query([(tantivy.Occur.Must, q) for q in required])
         result = searcher.search(full, limit=top_k, count=False)
         hits = []
-        for score, address in result.hits:
+        for rank, (score, address) in enumerate(result.hits):
             doc = searcher.doc(address)
             text = ""
             if with_text:
                 text = "\n".join(v for f in (TITLE_FIELD, BODY_FIELD) for v in doc.get_all(f))
-            hits.append((ScoredId(doc["chunk_id"][0], float(score)), text))
+            chunk = stored_chunk(doc) if rank < with_chunks else None
+            hits.append((ScoredId(doc["chunk_id"][0], float(score), chunk), text))
         return hits
 
     def count(self, tenant_id: str) -> int:
@@ -275,14 +314,17 @@ class TantivyIndex:
                 self._writer = None
 
 
-def _check_layout(path: Path) -> None:
-    """Refuse an index written before title and body became separate fields."""
+def _check_layout(path: Path) -> bool:
+    """Refuse an index written before title and body became separate fields; say whether it
+    stores whole chunks (made after the `chunk` field came)."""
     meta = json.loads((path / "meta.json").read_text())
-    if not {BODY_FIELD, FILTER_FIELD} <= {field["name"] for field in meta.get("schema", [])}:
+    fields = {field["name"] for field in meta.get("schema", [])}
+    if not {BODY_FIELD, FILTER_FIELD} <= fields:
         raise BackendUnavailable(
             f"the tantivy index at {path} was built by an older ragindex (no title/body or"
             f" filter fields): delete {path} and re-ingest, or use a new data directory"
         )
+    return CHUNK_FIELD in fields
 
 
 def holds_only(searcher: tantivy.Searcher, tenant_id: str) -> bool:

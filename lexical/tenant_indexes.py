@@ -130,12 +130,20 @@ class TenantIndexes:
         self._written(tenant_id)
 
     def search(
-        self, query: str, top_k: int, tenant_id: str, access: TermExpr | None = None
+        self,
+        query: str,
+        top_k: int,
+        tenant_id: str,
+        access: TermExpr | None = None,
+        *,
+        with_chunks: int = 0,
     ) -> list[ScoredId]:
         """BM25 top_k within the tenant's own index (and its tenant clause)."""
         text, k, tenant = validate_search(query, top_k, tenant_id)
         reader = self._reader(tenant)
-        return [] if reader is None else reader.search(text, k, tenant, access)
+        if reader is None:
+            return []
+        return reader.search(text, k, tenant, access, with_chunks=with_chunks)
 
     def count(self, tenant_id: str) -> int:
         reader = self._reader(validate_tenant(tenant_id))

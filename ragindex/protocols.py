@@ -51,9 +51,13 @@ class DenseIndex(Protocol):
         tenant_id: str,
         identity: ModelIdentity,
         access: TermExpr | None = None,
+        *,
+        with_chunks: int = 0,
     ) -> list[ScoredId]:
         """Top-k of the tenant; with `access`, of the chunks it allows only, chosen inside the
-        index (exact over them, or HNSW with an id selector: ragindex.filters.dense_plan)."""
+        index (exact over them, or HNSW with an id selector: ragindex.filters.dense_plan).
+        `with_chunks`: the first that many hits carry their chunk (`ScoredId.chunk`) where the
+        index holds chunks (shard replicas); the others leave it to a fetch."""
         ...
 
 
@@ -72,9 +76,17 @@ class LexicalIndex(Protocol):
     ) -> None: ...
 
     def search(
-        self, query: str, top_k: int, tenant_id: str, access: TermExpr | None = None
+        self,
+        query: str,
+        top_k: int,
+        tenant_id: str,
+        access: TermExpr | None = None,
+        *,
+        with_chunks: int = 0,
     ) -> list[ScoredId]:
-        """BM25 top-k of the tenant; `access` (ragindex.filters) runs as filter clauses."""
+        """BM25 top-k of the tenant; `access` (ragindex.filters) runs as filter clauses.
+        `with_chunks`: the first that many hits carry their chunk (`ScoredId.chunk`) where the
+        backend stores whole chunks (tantivy); the others leave it to a fetch."""
         ...
 
     def count(self, tenant_id: str) -> int: ...

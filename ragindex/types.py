@@ -239,10 +239,14 @@ class Chunk:
 
 @dataclass(frozen=True)
 class ScoredId:
-    """A leg's result: a chunk id and the leg's own score (never compared across legs)."""
+    """A leg's result: a chunk id and the leg's own score (never compared across legs).
+
+    `chunk`: the chunk itself, as the leg's replica held it when it searched, for the top hits
+    of a replica that holds chunks (cluster layout): the Router then fetches only the rest."""
 
     chunk_id: str
     score: float
+    chunk: Chunk | None = None
 
 
 @dataclass

@@ -163,7 +163,14 @@ class QueryEngine:
             return result
         timings = result.timings_ms
         candidates = max(self.fusion.candidates, k + len(paged))
+        pool_size = self.reranker_spec.top_n if use_rerank else k
+        paging = bool(paged) and not use_rerank  # one total order: score, then chunk id
+        # Each leg sends the chunks of as many top hits as the fused pool takes (a replica
+        # that holds chunks: the cluster's), so the pool is seldom fetched from the shards.
+        carry = pool_size + len(paged) if paging else pool_size
         legs: dict[str, list[str]] = {}
+        dense_hits: list[ScoredId] = []
+        carried: dict[str, Chunk] = {}  # the chunks that came with the legs' hits
         access = access or Access()
         expr = access.expression()
 
@@ -177,10 +184,12 @@ class QueryEngine:
                 candidates,
                 tenant_id,
                 expr,
+                carry,
             )
         if checked_mode in ("hybrid", "dense"):
             try:
-                legs["dense"] = self._dense_leg(tenant_id, query, candidates, expr, timings)
+                dense_hits = self._dense_leg(tenant_id, query, candidates, expr, timings, carry)
+                legs["dense"] = [h.chunk_id for h in dense_hits]
             except BaseException:
                 if lexical_job is not None:  # no BM25 search outlives the one that asked it
                     wait_for([lexical_job])
@@ -191,7 +200,7 @@ class QueryEngine:
                 lexical = lexical_job.result()
                 wall_ms = _ms_since(overlapped_since)
             else:
-                lexical = self._lexical_leg(query, candidates, tenant_id, expr)
+                lexical = self._lexical_leg(query, candidates, tenant_id, expr, carry)
             timings["lexical"] = lexical.ms
             if wall_ms is not None:
                 timings[LEGS_WALL] = wall_ms
@@ -203,15 +212,14 @@ class QueryEngine:
                 )
             else:
                 legs["lexical"] = [h.chunk_id for h in lexical.hits]
+                carried.update(chunks_of(lexical.hits))
+        carried.update(chunks_of(dense_hits))  # last: the shards are where a fetch would read
 
-        pool_size = self.reranker_spec.top_n if use_rerank else k
         with _timed(timings, "fusion"):
             weights = {"dense": self.fusion.dense_weight, "lexical": self.fusion.lexical_weight}
             if len(legs) == 1:  # one leg alone keeps its own order, whatever its weight
                 weights = {}
-            # one total order: score, then chunk id; reranked pages are cut after the
-            # reranker's order, below
-            paging = bool(paged) and not use_rerank
+            # reranked pages are cut after the reranker's order, below
             pool = reciprocal_rank_fusion(
                 legs,
                 k=self.fusion.rrf_k,
@@ -221,9 +229,13 @@ class QueryEngine:
             if paging:
                 pool = [f for f in pool if f.chunk_id not in paged][:pool_size]
         with _timed(timings, "fetch"):
-            found = self.chunks.get_chunks(tenant_id, [f.chunk_id for f in pool])
+            found = {f.chunk_id: carried[f.chunk_id] for f in pool if f.chunk_id in carried}
+            missing = [f.chunk_id for f in pool if f.chunk_id not in found]
+            if missing:
+                found.update(self.chunks.get_chunks(tenant_id, missing))
         # A chunk deleted, or re-written with another ACL or metadata, between the leg search
-        # and the fetch is simply not returned.
+        # and the fetch is simply not returned; one that came with a leg's hit is as that
+        # leg's replica held it when it searched, and is checked against `access` again here.
         hits = [
             Hit(found[f.chunk_id], f.score, f.ranks)
             for f in pool
@@ -250,27 +262,31 @@ class QueryEngine:
         candidates: int,
         expr: TermExpr | None,
         timings: dict[str, float],
-    ) -> list[str]:
-        """Embed the query and search the dense leg (and Rocchio's second search)."""
+        carry: int,
+    ) -> list[ScoredId]:
+        """Embed the query and search the dense leg (and Rocchio's second search); the first
+        `carry` hits come with their chunks where the index holds them."""
         with _timed(timings, "embed"):
             vector = self.embedder.embed_queries([query])
         with _timed(timings, "dense"):
             dense_hits = self.dense.search(
-                vector, candidates, tenant_id, self.embedder.identity, expr
+                vector, candidates, tenant_id, self.embedder.identity, expr, with_chunks=carry
             )
         if self.rocchio.enabled and dense_hits:
             with _timed(timings, "rocchio"):
-                dense_hits = self._rocchio_search(tenant_id, vector, dense_hits, candidates, expr)
-        return [h.chunk_id for h in dense_hits]
+                dense_hits = self._rocchio_search(
+                    tenant_id, vector, dense_hits, candidates, expr, carry
+                )
+        return dense_hits
 
     def _lexical_leg(
-        self, query: str, candidates: int, tenant_id: str, expr: TermExpr | None
+        self, query: str, candidates: int, tenant_id: str, expr: TermExpr | None, carry: int
     ) -> _LexicalOutcome:
         """Search the BM25 leg; BackendUnavailable is returned for the caller to decide on
         (dense-only or an error), anything else raises."""
         start = time.perf_counter()
         try:
-            hits = self.lexical.search(query, candidates, tenant_id, expr)
+            hits = self.lexical.search(query, candidates, tenant_id, expr, with_chunks=carry)
         except BackendUnavailable as err:
             return _LexicalOutcome([], err, _ms_since(start))
         return _LexicalOutcome(hits, None, _ms_since(start))
@@ -282,20 +298,29 @@ class QueryEngine:
         hits: list[ScoredId],
         candidates: int,
         expr: TermExpr | None,
+        carry: int,
     ) -> list[ScoredId]:
         """Search the dense leg again with the query moved towards its top hits (Rocchio).
 
         The hits' vectors are re-embedded from their stored text (the DenseIndex protocol
         returns ids, not vectors), as ingest embedded them: this costs one passage batch."""
         top = [h.chunk_id for h in hits[: self.rocchio.docs]]
-        found = self.chunks.get_chunks(tenant_id, top)
+        found = chunks_of(hits)
+        found.update(self.chunks.get_chunks(tenant_id, [c for c in top if c not in found]))
         texts = [passage_text(found[cid]) for cid in top if cid in found]
         if not texts:
             return hits
         moved = rocchio(
             vector, self.embedder.embed_passages(texts), self.rocchio.alpha, self.rocchio.beta
         )
-        return self.dense.search(moved, candidates, tenant_id, self.embedder.identity, expr)
+        return self.dense.search(
+            moved, candidates, tenant_id, self.embedder.identity, expr, with_chunks=carry
+        )
+
+
+def chunks_of(hits: list[ScoredId]) -> dict[str, Chunk]:
+    """The chunks that came with `hits` (ScoredId.chunk), by id."""
+    return {h.chunk_id: h.chunk for h in hits if h.chunk is not None}
 
 
 def _ms_since(start: float) -> float:

@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -386,13 +386,20 @@ class LogShardReplica:
         tenant_id: str,
         identity: ModelIdentity,
         access: TermExpr | None = None,
+        *,
+        with_chunks: int = 0,
     ) -> list[ScoredId]:
         """Top-k of the tenant; `access` selects the allowed ids from this shard's postings,
-        and the partition searches only those (exact, or HNSW with an id selector)."""
+        and the partition searches only those (exact, or HNSW with an id selector). The first
+        `with_chunks` hits carry their chunk as this replica holds it now."""
         allowed = None
         if access is not None:
             allowed = self.postings.get(tenant_id, TermPostings()).select(access)
-        return self.shard.search(query_vector, top_k, tenant_id, identity, allowed)
+        hits = self.shard.search(query_vector, top_k, tenant_id, identity, allowed)
+        if not with_chunks:
+            return hits
+        top = self.get_chunks(tenant_id, [h.chunk_id for h in hits[:with_chunks]])
+        return [replace(h, chunk=top[h.chunk_id]) if h.chunk_id in top else h for h in hits]
 
     def get_chunks(self, tenant_id: str, chunk_ids: Sequence[str]) -> dict[str, Chunk]:
         mine = self.texts.get(tenant_id, {})

@@ -65,19 +65,21 @@ class ReplicaDenseIndex(ReadOnlyDense):
         tenant_id: str,
         identity: ModelIdentity,
         access: TermExpr | None = None,
+        *,
+        with_chunks: int = 0,
     ) -> list[ScoredId]:
         first, *others = self.replicas
+
+        def search(replica: LogShardReplica) -> list[ScoredId]:
+            return replica.search(
+                query_vector, top_k, tenant_id, identity, access, with_chunks=with_chunks
+            )
+
         if self.shard_executor is None or not others:
-            results = [
-                r.search(query_vector, top_k, tenant_id, identity, access) for r in self.replicas
-            ]
-            return merge_by_score(results, top_k)
-        jobs = [
-            self.shard_executor.submit(r.search, query_vector, top_k, tenant_id, identity, access)
-            for r in others
-        ]
+            return merge_by_score([search(r) for r in self.replicas], top_k)
+        jobs = [self.shard_executor.submit(search, r) for r in others]
         try:
-            results = [first.search(query_vector, top_k, tenant_id, identity, access)]
+            results = [search(first)]
         finally:
             wait_for(jobs)  # no shard search outlives the one that asked it
         return merge_by_score(results + [j.result() for j in jobs], top_k)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -150,6 +151,28 @@ class LexicalIndexContract:
         assert lexical_index.count("t1") == 1
         assert lexical_index.search("first", 5, "t1") == []
         assert ids(lexical_index.search("second", 5, "t1")) == ["s:a:0"]
+
+    def test_carried_chunks_are_the_ones_written_last(self, lexical_index: LexicalIndex) -> None:
+        written = [
+            replace(
+                chunk("t1", f"s:d:{i}", f"shock wave number {i}", title=f"Report {i}"),
+                context="Section 2",
+                updated="2024-03-01",
+                metadata={"lang": "en", "year": 2000 + i, "tags": ["a"]},
+                acl=("group:eng",) if i % 2 else None,
+            )
+            for i in range(5)
+        ]
+        lexical_index.upsert(written)
+        newest = replace(written[3], text="shock wave number 3, revised", content_hash="h2")
+        lexical_index.upsert([newest])
+        latest = {c.chunk_id: c for c in [*written[:3], newest, written[4]]}
+        hits = lexical_index.search("shock", 10, "t1", with_chunks=2)
+        assert sorted(ids(hits)) == sorted(latest)
+        # a backend that stores chunks carries the first two; none carries one it does not hold
+        assert all(h.chunk is None for h in hits[2:])
+        assert all(h.chunk == latest[h.chunk_id] for h in hits[:2] if h.chunk is not None)
+        assert all(h.chunk is None for h in lexical_index.search("shock", 10, "t1"))
 
     def test_deleted_chunks_are_never_returned(self, lexical_index: LexicalIndex) -> None:
         lexical_index.upsert([chunk("t1", f"s:d:{i}", f"shock wave number {i}") for i in range(20)])

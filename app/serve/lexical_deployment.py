@@ -62,9 +62,16 @@ class LexicalServer:
         )
 
     async def search(
-        self, query: str, top_k: int, tenant_id: str, access: TermExpr | None = None
+        self,
+        query: str,
+        top_k: int,
+        tenant_id: str,
+        access: TermExpr | None = None,
+        with_chunks: int = 0,
     ) -> Served[list[ScoredId]]:
-        return await self.view.served(lambda v: v.index.search(query, top_k, tenant_id, access))
+        return await self.view.served(
+            lambda v: v.index.search(query, top_k, tenant_id, access, with_chunks=with_chunks)
+        )
 
     async def count(self, tenant_id: str) -> int:
         return await self.view.run(lambda v: v.index.count(tenant_id))

@@ -373,12 +373,22 @@ class RemoteDenseIndex(ReadOnlyDense):
         tenant_id: str,
         identity: ModelIdentity,
         access: TermExpr | None = None,
+        *,
+        with_chunks: int = 0,
     ) -> list[ScoredId]:
         results = hops.call_all(
             [
                 (
                     f"dense.shard{i}",
-                    partial(s.search.remote, query_vector, top_k, tenant_id, identity, access),
+                    partial(
+                        s.search.remote,
+                        query_vector,
+                        top_k,
+                        tenant_id,
+                        identity,
+                        access,
+                        with_chunks,
+                    ),
                 )
                 for i, s in enumerate(self.shards)
             ]
@@ -447,10 +457,17 @@ class RemoteLexical:
         raise InvalidInput("the Lexical deployment is a view of the log; send writes to Ingest")
 
     def search(
-        self, query: str, top_k: int, tenant_id: str, access: TermExpr | None = None
+        self,
+        query: str,
+        top_k: int,
+        tenant_id: str,
+        access: TermExpr | None = None,
+        *,
+        with_chunks: int = 0,
     ) -> list[ScoredId]:
         return hops.call(
-            "lexical", partial(self.handle.search.remote, query, top_k, tenant_id, access)
+            "lexical",
+            partial(self.handle.search.remote, query, top_k, tenant_id, access, with_chunks),
         )
 
     def count(self, tenant_id: str) -> int:

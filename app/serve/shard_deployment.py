@@ -94,9 +94,12 @@ class ShardServer:
         tenant_id: str,
         identity: ModelIdentity,
         access: TermExpr | None = None,
+        with_chunks: int = 0,
     ) -> Served[list[ScoredId]]:
         return await self.replica.served(
-            lambda v: v.search(query_vector, top_k, tenant_id, identity, access)
+            lambda v: v.search(
+                query_vector, top_k, tenant_id, identity, access, with_chunks=with_chunks
+            )
         )
 
     async def get_chunks(self, tenant_id: str, chunk_ids: list[str]) -> Served[dict[str, Chunk]]:

@@ -7,13 +7,18 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import tantivy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ragindex.errors import BackendUnavailable
+from ragindex.lexical import TantivyIndex
+from ragindex.lexical.analysis import ANALYZER_NAME
+from ragindex.lexical.documents import BODY_FIELD, FILTER_FIELD, TITLE_FIELD
 from ragindex.protocols import LexicalIndex
 from ragindex.testing import LexicalIndexContract, random_corpus
 from ragindex.types import Chunk
@@ -50,6 +55,50 @@ def test_a_one_tenant_index_searches_without_the_tenant_clause_and_stays_isolate
     tantivy_index.delete("t2", ["s:b:0"])
     assert tantivy_index.search("heat", 10, "t2") == []
     assert len(tantivy_index.search("heat", 10, "t1")) == 3
+
+
+def test_top_hits_carry_their_whole_chunk(
+    tantivy_index: EmbeddedBm25, make_chunk: MakeChunk
+) -> None:
+    """What the cluster's Lexical replicas send instead of ids alone (the Router then needs no
+    fetch): every field of the chunk as written, an empty title and non-ASCII text included."""
+    written = [
+        replace(
+            make_chunk("t1", f"s:d{i}:{i}", f"flutter ünïcode {'flutter ' * i}"),
+            title="",
+            context=None if i else "Part 1 › Wings",
+            metadata={"year": 2001, "nested": {"k": [1, 2.5, None]}},
+            acl=("user:ann",),
+        )
+        for i in range(4)
+    ]
+    tantivy_index.upsert(written)
+    hits = tantivy_index.search("flutter", 4, "t1", with_chunks=3)
+    assert [h.chunk for h in hits[:3]] == [
+        next(c for c in written if c.chunk_id == h.chunk_id) for h in hits[:3]
+    ]
+    assert hits[3].chunk is None
+
+
+def test_an_index_made_before_whole_chunks_were_stored_still_serves(
+    tmp_path: Path, make_chunk: MakeChunk
+) -> None:
+    builder = tantivy.SchemaBuilder()  # build_schema() without the `chunk` field
+    for field in (TITLE_FIELD, BODY_FIELD):
+        builder.add_text_field(field, stored=True, tokenizer_name=ANALYZER_NAME)
+    for field in ("tenant_id", "chunk_id", "key", FILTER_FIELD):
+        builder.add_text_field(field, stored=field == "chunk_id", tokenizer_name="raw")
+    tantivy.Index(builder.build(), path=str(tmp_path))
+    index = TantivyIndex.open(tmp_path)
+    try:
+        assert not index.stores_chunks
+        index.upsert([make_chunk("t1", "s:a:0", "heat flux")])
+        hits = index.search("heat", 5, "t1", with_chunks=5)
+        assert [(h.chunk_id, h.chunk) for h in hits] == [("s:a:0", None)]
+    finally:
+        index.close()
+    reader = TantivyIndex.open(tmp_path, read_only=True)
+    assert [h.chunk for h in reader.search("flux", 5, "t1", with_chunks=5)] == [None]
 
 
 def test_persists_across_reopen(open_bm25: OpenBm25, tmp_path: Path, make_chunk: MakeChunk) -> None:

@@ -25,7 +25,7 @@ from ragindex.protocols import DenseIndex, LexicalIndex, Vectors
 from ragindex.router import Access, Paged, QueryEngine, engine_ms
 from ragindex.router.documents import SEARCH_DEPTH
 from ragindex.router.query import LEG_STAGES, LEGS_WALL
-from ragindex.types import Document, ModelIdentity, ScoredId
+from ragindex.types import Chunk, Document, ModelIdentity, ScoredId
 
 TENANT = "acme"
 QUERY = "flutter of thin panels"
@@ -68,13 +68,19 @@ class Lexical:
         self.finished = threading.Event()
 
     def search(
-        self, query: str, top_k: int, tenant_id: str, access: TermExpr | None = None
+        self,
+        query: str,
+        top_k: int,
+        tenant_id: str,
+        access: TermExpr | None = None,
+        *,
+        with_chunks: int = 0,
     ) -> list[ScoredId]:
         self.started.set()
         try:
             if self.fault is not None:
                 raise self.fault
-            return self.inner.search(query, top_k, tenant_id, access)
+            return self.inner.search(query, top_k, tenant_id, access, with_chunks=with_chunks)
         finally:
             self.finished.set()
 
@@ -101,11 +107,15 @@ class DenseWaitingForLexical:
         tenant_id: str,
         identity: ModelIdentity,
         access: TermExpr | None = None,
+        *,
+        with_chunks: int = 0,
     ) -> list[ScoredId]:
         self.met_lexical = self.lexical.started.wait(MEETS_S)
         if self.fault is not None:
             raise self.fault
-        return self.inner.search(query_vector, top_k, tenant_id, identity, access)
+        return self.inner.search(
+            query_vector, top_k, tenant_id, identity, access, with_chunks=with_chunks
+        )
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -148,6 +158,61 @@ def test_the_lexical_leg_runs_while_the_dense_leg_searches(
     assert engine_ms(timings) == pytest.approx(
         timings[LEGS_WALL] + timings["fusion"] + timings["fetch"]
     )
+
+
+class Carrying:
+    """A real leg whose hits carry no chunk beyond the first `n` (0: a backend that holds
+    none, such as Elasticsearch), whatever the engine asked for."""
+
+    def __init__(self, inner: Any, n: int) -> None:
+        self.inner, self.n = inner, n
+        self.carried: set[str] = set()
+
+    def search(self, *args: Any, with_chunks: int = 0) -> list[ScoredId]:
+        hits = self.inner.search(*args, with_chunks=min(with_chunks, self.n))
+        self.carried |= {h.chunk_id for h in hits if h.chunk is not None}
+        return list(hits)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+class Fetches:
+    """The shards' chunk lookup, recording which ids a search asked it for."""
+
+    def __init__(self, engine: EmbeddedIndex) -> None:
+        self.engine = engine
+        self.asked: list[str] = []
+
+    def get_chunks(self, tenant_id: str, chunk_ids: Sequence[str]) -> dict[str, Chunk]:
+        self.asked += chunk_ids
+        return self.engine.dense.get_chunks(tenant_id, chunk_ids)
+
+
+@pytest.mark.parametrize(("dense_carries", "lexical_carries"), [(5, 5), (0, 5), (0, 0), (1, 1)])
+def test_hits_whose_chunks_came_with_a_leg_are_not_fetched(
+    engine: EmbeddedIndex, pool: ThreadPoolExecutor, dense_carries: int, lexical_carries: int
+) -> None:
+    dense = Carrying(engine.dense, dense_carries)
+    lexical = Carrying(engine.lexical, lexical_carries)
+    fetches = Fetches(engine)
+    searched = QueryEngine(
+        engine.embedder,
+        dense,
+        lexical,
+        fetches,
+        fusion=engine.spec.fusion,
+        lexical_spec=engine.spec.lexical,
+        leg_executor=pool,
+    ).search(TENANT, QUERY, k=5)
+    expected = engine.query.search(TENANT, QUERY, k=5)
+    assert [(h.chunk, h.score) for h in searched.hits] == [
+        (h.chunk, h.score) for h in expected.hits
+    ]
+    # every shard replica and the tantivy view carry the top hits (5 = the pool)
+    assert len(dense.carried) == dense_carries and len(lexical.carried) == min(lexical_carries, 2)
+    carried = dense.carried | lexical.carried
+    assert fetches.asked == [cid for cid in ids(searched.hits) if cid not in carried]
 
 
 def test_without_an_executor_the_legs_run_in_turn_and_sum(engine: EmbeddedIndex) -> None:

@@ -67,6 +67,14 @@ def test_replays_the_partition_with_text_and_tombstones(tmp_path: Path) -> None:
     assert r.get_chunks("a", ["wiki:2:0", "wiki:1:0"])["wiki:2:0"].text == "text 2"
     assert "wiki:1:0" not in r.get_chunks("a", ["wiki:1:0"])
     assert r.get_chunks("b", ["wiki:2:0"])["wiki:2:0"].tenant_id == "b"  # per tenant
+    # the top hits can carry their chunks (the Router then fetches none of them)
+    carried = r.search(vector(3)[None, :], 4, "b", IDENTITY, with_chunks=2)
+    assert carried[0].chunk == chunk("b", 3) and len(carried) == 4
+    assert [h.chunk for h in carried] == [
+        *(chunk("b", int(h.chunk_id.split(":")[1])) for h in carried[:2]),
+        None,
+        None,
+    ]
 
 
 def test_restarts_from_its_snapshot_and_replays_only_the_rest(tmp_path: Path) -> None:
