@@ -51,6 +51,19 @@ _CEL: dict[str, list[dict[str, str]]] = {
             "reason": "FieldValueRequired",
         }
     ],
+    "DenseIndexSpec": [
+        {
+            "rule": "!has(self.trainMin) || !has(self.type)"
+            " || !(self.type in ['ivf_pq', 'ivf_sq8'])"
+            " || (self.trainMin >= (has(self.ivf) && has(self.ivf.nlist) ? self.ivf.nlist : 1024)"
+            " && (self.type != 'ivf_pq' || self.trainMin >= [16, 32, 64, 128, 256, 512, 1024]"
+            "[(has(self.pq) && has(self.pq.nbits) ? self.pq.nbits : 8) - 4]))",
+            "message": "dense.index.trainMin must be >= ivf.nlist for the IVF types, and"
+            " >= 2^pq.nbits for ivf_pq (FAISS cannot train on fewer vectors)",
+            "fieldPath": ".trainMin",
+            "reason": "FieldValueInvalid",
+        }
+    ],
     "LexicalSpec": [
         {
             "rule": "!has(self.elasticsearchUrl) || size(self.elasticsearchUrl) == 0"

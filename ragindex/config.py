@@ -93,23 +93,181 @@ class RerankerSpec(_Spec):
 
 
 class HnswSpec(_Spec):
+    """The HNSW graph of the `hnsw` and `hnsw_sq8` index types (`dense.index.type`)."""
+
     m: int = Field(
         32,
         ge=4,
         le=256,
         description="HNSW graph degree (M)."
-        " Changing it starts a new index generation (rebuilt by replaying the log).",
+        " Changing it starts a new index generation (rebuilt by replaying the log) when the"
+        " type is hnsw or hnsw_sq8.",
     )
     ef_construction: int = Field(
         200,
         ge=8,
         le=4096,
         description="HNSW efConstruction."
-        " Changing it starts a new index generation (rebuilt by replaying the log).",
+        " Changing it starts a new index generation (rebuilt by replaying the log) when the"
+        " type is hnsw or hnsw_sq8.",
     )
     ef_search: int = Field(
         128, ge=1, le=4096, description="HNSW efSearch at query time. Changes in place."
     )
+
+
+IndexType = Literal["hnsw", "hnsw_sq8", "ivf_pq", "ivf_sq8"]
+RefineStorage = Literal["flat", "fp16", "sq8", "sq6", "sq4"]
+TRAINED_TYPES: tuple[IndexType, ...] = ("hnsw_sq8", "ivf_pq", "ivf_sq8")
+IVF_TYPES: tuple[IndexType, ...] = ("ivf_pq", "ivf_sq8")
+KMEANS_POINTS_PER_CENTROID = 39  # below this FAISS warns that k-means has too few points
+HNSW_SQ8_TRAIN_MIN = 1000
+# Bytes one vector's refine code takes, per dimension.
+REFINE_BYTES_PER_DIM: dict[str, float] = {
+    "flat": 4,
+    "fp16": 2,
+    "sq8": 1,
+    "sq6": 0.75,
+    "sq4": 0.5,
+}
+
+
+class IvfSpec(_Spec):
+    """The inverted file of the `ivf_pq` and `ivf_sq8` index types."""
+
+    nlist: int = Field(
+        1024,
+        ge=1,
+        le=65_536,
+        description="Coarse clusters (k-means centroids) a partition's vectors are filed under;"
+        " about sqrt(vectors) to 4 x sqrt(vectors) per partition. It sets the training floor"
+        " (`dense.index.trainMin`). Changing it starts a new index generation (rebuilt by"
+        " replaying the log) when the type is ivf_pq or ivf_sq8.",
+    )
+    nprobe: int = Field(
+        32,
+        ge=1,
+        le=65_536,
+        description="Clusters scanned per query (capped at nlist); raised as an access filter's"
+        " share of the partition falls, and when the clusters scanned would hold fewer"
+        " vectors than the candidates wanted. Changes in place.",
+    )
+
+
+class PqSpec(_Spec):
+    """Product quantization of the `ivf_pq` index type: m codes of nbits bits per vector."""
+
+    m: int = Field(
+        48,
+        ge=1,
+        le=1024,
+        description="Sub-quantizers: a vector is stored as m codes of nbits bits each"
+        " (48 x 8 bits = 48 bytes for 384-d). Must divide the embedding dimension (checked"
+        " when a shard opens; 384: 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 384)."
+        " Changing it starts a new index generation (rebuilt by replaying the log) when the"
+        " type is ivf_pq.",
+    )
+    nbits: int = Field(
+        8,
+        ge=4,
+        le=10,
+        description="Bits per PQ code (2^nbits centroids per sub-quantizer). Changing it starts"
+        " a new index generation (rebuilt by replaying the log) when the type is ivf_pq.",
+    )
+
+
+class RefineSpec(_Spec):
+    """The refine step of the IVF types: the IVF search returns k x kFactor candidates by its
+    coarse codes, and they are re-scored with the partition's refine codes, which it holds in
+    memory beside the IVF lists (and in its snapshot)."""
+
+    storage: RefineStorage = Field(
+        "sq8",
+        description="Precision of the refine codes kept in memory per vector: 'flat' (float32,"
+        " 4 bytes a dimension, exact scores), 'fp16' (2), 'sq8' (1), 'sq6' (0.75) or 'sq4'"
+        " (0.5 bytes a dimension; scalar quantizers trained with the IVF). Changing it starts"
+        " a new index generation (rebuilt by replaying the log) when the type is ivf_pq or"
+        " ivf_sq8.",
+    )
+    k_factor: int = Field(
+        4,
+        ge=1,
+        le=100,
+        description="Candidates the IVF search returns per hit wanted, re-scored with the"
+        " refine codes. Changes in place.",
+    )
+
+
+class DenseIndexSpec(_Spec):
+    """The FAISS index of a tenant partition once it outgrows exact search: a partition holding
+    at most `dense.exactThreshold` vectors, or fewer than the type's training minimum
+    (`trainMin`), is searched exactly (flat); past both, it is rebuilt as this type, trained
+    (where the type needs it) on the vectors it holds then, its first ones in log order."""
+
+    type: IndexType = Field(
+        "hnsw",
+        description="'hnsw' (an HNSW graph over float32 vectors, `dense.hnsw`), 'hnsw_sq8' (the"
+        " same graph over 8-bit scalar-quantized vectors: a quarter of the vector memory),"
+        " 'ivf_pq' (an inverted file of product-quantized codes, `ivf` and `pq`) or 'ivf_sq8'"
+        " (an inverted file of 8-bit scalar-quantized codes); both IVF types re-score their"
+        " candidates with in-memory refine codes (`refine`)."
+        " Changing it starts a new index generation (rebuilt by replaying the log).",
+    )
+    train_min: int | None = Field(
+        None,
+        ge=1,
+        le=100_000_000,
+        description="Vectors a partition must hold before a trained type (hnsw_sq8, ivf_pq,"
+        " ivf_sq8) is built from them; below it the partition stays exact (flat). Unset:"
+        f" {HNSW_SQ8_TRAIN_MIN:,} for hnsw_sq8, {KMEANS_POINTS_PER_CENTROID} x nlist for ivf_sq8,"
+        f" {KMEANS_POINTS_PER_CENTROID} x max(nlist, 2^nbits) for ivf_pq (FAISS's own k-means"
+        " floor). When set, at least nlist (IVF types) and 2^nbits (ivf_pq). Changing it"
+        " starts a new index generation (rebuilt by replaying the log) when the type is"
+        " trained.",
+    )
+    ivf: IvfSpec = Field(default_factory=IvfSpec, description="Inverted file (IVF types).")
+    pq: PqSpec = Field(default_factory=PqSpec, description="Product quantization (ivf_pq).")
+    refine: RefineSpec = Field(
+        default_factory=RefineSpec, description="Re-scoring of IVF candidates."
+    )
+
+    @property
+    def training_floor(self) -> int:
+        """The fewest vectors the type can be trained on at all (FAISS refuses fewer)."""
+        if self.type == "ivf_pq":
+            return max(self.ivf.nlist, 2**self.pq.nbits)
+        if self.type == "ivf_sq8":
+            return self.ivf.nlist
+        return 1 if self.type == "hnsw_sq8" else 0
+
+    @property
+    def training_minimum(self) -> int:
+        """Vectors a partition must hold before this type is built (0: needs no training)."""
+        if self.type not in TRAINED_TYPES:
+            return 0
+        if self.train_min is not None:
+            return self.train_min
+        if self.type == "hnsw_sq8":
+            return HNSW_SQ8_TRAIN_MIN
+        return KMEANS_POINTS_PER_CENTROID * self.training_floor
+
+    @model_validator(mode="after")
+    def _trainable(self) -> DenseIndexSpec:
+        if self.train_min is not None and self.train_min < self.training_floor:
+            what = "max(ivf.nlist, 2^pq.nbits)" if self.type == "ivf_pq" else "ivf.nlist"
+            raise ValueError(
+                f"dense.index.trainMin ({self.train_min}) must be >= {what}"
+                f" ({self.training_floor}) for type {self.type}: FAISS cannot train"
+                " on fewer vectors"
+            )
+        return self
+
+    def check_dimension(self, dim: int) -> None:
+        """Raise InvalidInput naming the field when the type cannot index `dim`-d vectors."""
+        if self.type == "ivf_pq" and dim % self.pq.m:
+            raise InvalidInput(
+                f"dense.index.pq.m ({self.pq.m}) must divide the embedding dimension ({dim})"
+            )
 
 
 class DenseSpec(_Spec):
@@ -121,12 +279,19 @@ class DenseSpec(_Spec):
         " Changing it starts a new index generation (rebuilt by replaying the log).",
     )
     replicas: int = Field(1, ge=1, le=64, description="Replicas of each shard.")
-    hnsw: HnswSpec = Field(default_factory=HnswSpec, description="HNSW parameters.")
+    index: DenseIndexSpec = Field(
+        default_factory=DenseIndexSpec,
+        description="Index type of the partitions that outgrow exact search, and its parameters.",
+    )
+    hnsw: HnswSpec = Field(
+        default_factory=HnswSpec, description="HNSW parameters (index types hnsw and hnsw_sq8)."
+    )
     exact_threshold: int = Field(
         20_000,
         ge=0,
         description="A tenant partition with at most this many vectors is searched exactly"
-        " (flat index); above it, by HNSW. Small tenants stay exact at tiny cost.",
+        " (flat index); above it (and once it holds `index.trainMin` vectors, for a trained"
+        " type), by `index.type`. Small tenants stay exact at tiny cost.",
     )
 
 
@@ -472,7 +637,8 @@ class RagIndexSpec(_Spec):
     generations: GenerationsSpec = Field(
         default_factory=GenerationsSpec,
         description="Promotion and rollback of index generations. A generation is the embedder"
-        " identity, the dense layout (shards, HNSW m and efConstruction) and the chunking:"
+        " identity, the dense layout (shards, the index type and its build parameters) and the"
+        " chunking:"
         " changing any of them builds a new generation by replaying the log and switches to it"
         " when complete; every other field changes in place.",
     )

@@ -2,11 +2,14 @@
 
 A generation is everything a rebuild of the views depends on: the embedder identity (backend,
 model, prompt prefixes; backends that compute the same vectors count as one, SAME_VECTORS_AS),
-the dense layout (shard count, the HNSW build parameters M and efConstruction) and the chunking
-(chunk ids and text). Changing any of GENERATION_FIELDS starts
-a new generation, built beside the serving one by replaying the compacted `docs` log into
-`chunks.<new>`; every other field changes in place. The operator and the app name a
-generation's topics, RayService and directories with `index_generation(spec)`.
+the dense layout (shard count, the index type and its build parameters: HNSW M and
+efConstruction, IVF nlist, PQ m and nbits, the refine storage, the training minimum) and the
+chunking (chunk ids and text). Changing any of GENERATION_FIELDS starts a new generation (an
+index type's build parameters count only while that type is chosen, `USED_BY`), built beside
+the serving one by replaying the compacted `docs` log into `chunks.<new>`; every other field
+changes in place (HNSW efSearch, IVF nprobe and the refine kFactor among them). The operator
+and the app name a generation's topics, RayService and directories with
+`index_generation(spec)`.
 
 Promotion is decided here from evidence the caller gathers (`PromotionEvidence`): the new
 generation's consumers reached the end of `docs`, every tenant's documents are indexed, and a
@@ -23,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from ragindex.config import RagIndexSpec
+from ragindex.config import IVF_TYPES, TRAINED_TYPES, RagIndexSpec
 from ragindex.errors import InvalidInput, RagIndexError
 from ragindex.hashing import content_hash
 
@@ -34,6 +37,12 @@ GENERATION_FIELDS: tuple[str, ...] = (
     "embedder.queryPrefix",
     "embedder.passagePrefix",
     "dense.shards",
+    "dense.index.type",
+    "dense.index.trainMin",
+    "dense.index.ivf.nlist",
+    "dense.index.pq.m",
+    "dense.index.pq.nbits",
+    "dense.index.refine.storage",
     "dense.hnsw.m",
     "dense.hnsw.efConstruction",
     "chunking.strategy",
@@ -50,15 +59,36 @@ SELF_CHECK_TOP_K = 10
 SAME_VECTORS_AS = {"onnx": "sentence-transformers"}
 
 
+# Build parameters of some index types only: each counts while `dense.index.type` is one of
+# these, and is left out of the identity otherwise, so that a spec of the default type (and
+# every spec written before the index types existed) keeps its generation.
+USED_BY: dict[str, tuple[str, ...]] = {
+    "dense.index.type": ("hnsw_sq8", *IVF_TYPES),
+    "dense.index.trainMin": TRAINED_TYPES,
+    "dense.index.ivf.nlist": IVF_TYPES,
+    "dense.index.pq.m": ("ivf_pq",),
+    "dense.index.pq.nbits": ("ivf_pq",),
+    "dense.index.refine.storage": IVF_TYPES,
+    "dense.hnsw.m": ("hnsw", "hnsw_sq8"),
+    "dense.hnsw.efConstruction": ("hnsw", "hnsw_sq8"),
+}
+
+
 def generation_identity(spec: RagIndexSpec) -> dict[str, Any]:
-    """The values of GENERATION_FIELDS in `spec`, keyed by their CRD path."""
+    """The values of GENERATION_FIELDS in `spec`, keyed by their CRD path (a field that the
+    index type does not use is left out; `dense.index.trainMin` is the effective minimum)."""
     dumped = spec.model_dump(mode="json", by_alias=True)
+    index_type = spec.dense.index.type
     out: dict[str, Any] = {}
     for path in GENERATION_FIELDS:
+        if index_type not in USED_BY.get(path, (index_type,)):
+            continue
         node: Any = dumped
         for part in path.split("."):
             node = node[part]
         out[path] = node
+    if "dense.index.trainMin" in out:
+        out["dense.index.trainMin"] = spec.dense.index.training_minimum
     backend = out["embedder.backend"]
     out["embedder.backend"] = SAME_VECTORS_AS.get(backend, backend)
     return out
@@ -72,7 +102,7 @@ def index_generation(spec: RagIndexSpec) -> str:
 def changed_generation_fields(old: RagIndexSpec, new: RagIndexSpec) -> list[str]:
     """The GENERATION_FIELDS that differ between two specs (empty: same generation)."""
     a, b = generation_identity(old), generation_identity(new)
-    return [path for path in GENERATION_FIELDS if a[path] != b[path]]
+    return [path for path in GENERATION_FIELDS if a.get(path) != b.get(path)]
 
 
 def ingest_group(generation: str) -> str:

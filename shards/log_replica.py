@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from ragindex.config import HnswSpec
+from ragindex.config import DenseIndexSpec, HnswSpec
 from ragindex.filters import TermExpr, TermPostings
 from ragindex.protocols import Log, Vectors
 from ragindex.records import decode_chunk, split_chunk_key
@@ -131,18 +131,21 @@ class LogShardReplica:
         *,
         publish: bool = False,
         tombstone_retention_s: float | None = None,
+        index: DenseIndexSpec | None = None,
     ) -> None:
         """`snapshots`: the shard's partition of `snapshots.<generation>`, loaded from when this
         replica has no snapshot of its own, and published to when `publish`.
         `tombstone_retention_s`: how long the log keeps a tombstone (None: for ever, as the
-        file log does); a snapshot caught up longer ago than that is not loaded."""
+        file log does); a snapshot caught up longer ago than that is not loaded.
+        `index`: `dense.index`, the type of the partitions that outgrow exact search (None:
+        hnsw, or the type a loaded snapshot records)."""
         self.log = log_
         self.topic = topic
         self.partition = shard
         self.directory = directory
         directory.mkdir(parents=True, exist_ok=True)  # this replica's node-local storage
         self.identity = identity
-        self.shard = DenseShard(identity, hnsw, exact_threshold)
+        self.shard = DenseShard(identity, hnsw, exact_threshold, index)
         self.texts: dict[str, dict[str, Chunk]] = {}  # tenant -> chunk id -> chunk
         # Held while the applying thread changes a tenant's texts and while another thread
         # iterates them (/v1/stats runs on a search thread of the local Router).
@@ -154,7 +157,7 @@ class LogShardReplica:
         self._published = False  # whether the log holds a snapshot this replica made or loaded
         self.tombstone_retention_s = tombstone_retention_s
         self._caught_up_at: float | None = None  # wall time of the last read to the end
-        self._load_snapshot(hnsw, exact_threshold)
+        self._load_snapshot(hnsw, exact_threshold, index)
         self.start_offset = self.offset  # where replay began: > 0 when a snapshot was loaded
         self._since_snapshot = self._since_publish = 0
         self._unsaved_since: float | None = None  # when the oldest record no snapshot holds came
@@ -166,7 +169,9 @@ class LogShardReplica:
         self._writer = ThreadPoolExecutor(1, thread_name_prefix=f"shard{shard}-snapshot")
         self._writing: tuple[_Snapshot, Future[bool]] | None = None
 
-    def _load_snapshot(self, hnsw: HnswSpec, exact_threshold: int) -> None:
+    def _load_snapshot(
+        self, hnsw: HnswSpec, exact_threshold: int, index: DenseIndexSpec | None
+    ) -> None:
         snap = self.directory / SNAPSHOT_DIR
         has_local = (snap / MANIFEST).exists() and (snap / TEXTS).exists()
         if has_local and self._too_old(snap):  # the published one may be newer
@@ -179,7 +184,7 @@ class LogShardReplica:
         if not (snap / MANIFEST).exists() or not (snap / TEXTS).exists():
             return
         try:
-            shard = DenseShard.load(snap, hnsw, exact_threshold)
+            shard = DenseShard.load(snap, hnsw, exact_threshold, index)
             texts = json.loads((snap / TEXTS).read_bytes())
         except (ValueError, KeyError, RuntimeError) as err:  # faiss: RuntimeError on bad bytes
             log.warning(
@@ -270,10 +275,23 @@ class LogShardReplica:
         return applied
 
     def _apply(self, records: list[LogRecord]) -> None:
-        """Runs of upserts go to FAISS in one call per tenant; a tombstone ends a run."""
+        """Runs of upserts go to FAISS in one call per tenant, and so do runs of tombstones
+        (a document's chunks are deleted together: an IVF removal scans the whole partition
+        once per call); a record of the other kind ends a run, so the order is the log's."""
         run: dict[str, dict[str, Vectors]] = {}
+        gone: dict[str, dict[str, None]] = {}  # tenant -> chunk ids (ordered, distinct)
 
         def flush() -> None:
+            for tenant, ids in gone.items():
+                self.shard.delete(tenant, list(ids))
+                with self._texts_lock:
+                    texts = self.texts.get(tenant, {})
+                    for chunk_id in ids:
+                        texts.pop(chunk_id, None)
+                postings = self.postings.get(tenant, TermPostings())
+                for chunk_id in ids:
+                    postings.remove(chunk_id)
+            gone.clear()
             for tenant, vectors in run.items():
                 self.shard.upsert(tenant, list(vectors), np.stack(list(vectors.values())))
             run.clear()
@@ -281,12 +299,12 @@ class LogShardReplica:
         for record in records:
             tenant, chunk_id = split_chunk_key(record.key)
             if record.value is None:
-                flush()
-                self.shard.delete(tenant, [chunk_id])
-                with self._texts_lock:
-                    self.texts.get(tenant, {}).pop(chunk_id, None)
-                self.postings.get(tenant, TermPostings()).remove(chunk_id)
+                if run:
+                    flush()
+                gone.setdefault(tenant, {})[chunk_id] = None
             else:
+                if gone:
+                    flush()
                 chunk, vector = decode_chunk(record.value, self.identity.dimension)
                 run.setdefault(tenant, {})[chunk_id] = vector
                 with self._texts_lock:

@@ -1,7 +1,9 @@
 """A dense shard: tenant -> partition, stamped with one embedding model identity.
 
 Snapshots are a directory of generation-numbered partition files plus `manifest.json`,
-which names them, stamps the identity and records the log offset the snapshot covers
+which names them, stamps the identity, records the index spec (`hnsw`, and `index`: the type
+and its parameters; a manifest written before index types had no `index`, and loads as type
+hnsw) and the log offset the snapshot covers
 (`wal_offset`, named when a shard had a write-ahead log of its own; the snapshots keep the
 name). The manifest is renamed into place last, so a crash at any point leaves the previous
 manifest pointing at the previous, complete set of files.
@@ -13,13 +15,13 @@ import json
 import re
 import threading
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ragindex.config import HnswSpec
+from ragindex.config import DenseIndexSpec, HnswSpec
 from ragindex.errors import IdentityMismatch, InvalidInput
 from ragindex.protocols import Vectors
 from ragindex.shards.fsio import fsync_dir, write_durable
@@ -57,6 +59,7 @@ class ShardImage:
     exact_threshold: int
     wal_offset: int
     partitions: dict[str, tuple[bytes, bytes]]  # tenant -> (index bytes, metadata bytes)
+    index: DenseIndexSpec = field(default_factory=DenseIndexSpec)
 
     def write(self, directory: Path) -> None:
         """Write it atomically (temp files, fsync, rename; the manifest last) and remove the
@@ -78,6 +81,7 @@ class ShardImage:
             "generation": generation,
             "identity": self.identity.to_dict(),
             "hnsw": self.hnsw.model_dump(),
+            "index": self.index.model_dump(mode="json"),
             "exact_threshold": self.exact_threshold,
             "wal_offset": self.wal_offset,
             "partitions": files,
@@ -93,11 +97,23 @@ class ShardImage:
 
 
 class DenseShard:
-    """Per-tenant partitions of one shard. Thread-safe: one lock serialises all access."""
+    """Per-tenant partitions of one shard. Thread-safe: one lock serialises all access.
 
-    def __init__(self, identity: ModelIdentity, hnsw: HnswSpec, exact_threshold: int) -> None:
+    `index`: the type of the partitions that outgrow exact search (None: hnsw, as before
+    index types); raises InvalidInput naming the field when it cannot index the identity's
+    dimension (`dense.index.pq.m`)."""
+
+    def __init__(
+        self,
+        identity: ModelIdentity,
+        hnsw: HnswSpec,
+        exact_threshold: int,
+        index: DenseIndexSpec | None = None,
+    ) -> None:
         self.identity = identity
         self.hnsw = hnsw
+        self.index = index or DenseIndexSpec()
+        self.index.check_dimension(identity.dimension)
         self.exact_threshold = exact_threshold
         self.wal_offset = 0  # the chunks log offset this state covers (set by replay and load)
         self._partitions: dict[str, TenantPartition] = {}
@@ -117,7 +133,7 @@ class DenseShard:
         with self._lock:
             part = self._partitions.get(tenant)
             if part is None:
-                part = TenantPartition(self.dim, self.hnsw, self.exact_threshold)
+                part = TenantPartition(self.dim, self.hnsw, self.exact_threshold, self.index)
                 part.upsert(ids, vecs)
                 self._partitions[tenant] = part
             else:
@@ -165,7 +181,8 @@ class DenseShard:
             return part.live_vectors()
 
     def kind_of(self, tenant_id: str) -> str | None:
-        """How this shard searches the tenant ("flat" or "hnsw"), None if it holds none."""
+        """How this shard searches the tenant ("flat", or an index type such as "hnsw" or
+        "ivf_pq"), None if it holds none."""
         tenant = validate_tenant(tenant_id)
         with self._lock:
             part = self._partitions.get(tenant)
@@ -182,6 +199,9 @@ class DenseShard:
                 "tombstones": sum(p.tombstones for p in self._partitions.values()),
                 "tenants": sum(1 for p in self._partitions.values() if len(p)),
                 "hnsw_partitions": sum(1 for p in self._partitions.values() if p.kind == "hnsw"),
+                "index_partitions": sum(
+                    1 for p in self._partitions.values() if len(p) and p.kind != "flat"
+                ),
                 "wal_offset": self.wal_offset,
             }
 
@@ -206,6 +226,7 @@ class DenseShard:
             return ShardImage(
                 identity=self.identity,
                 hnsw=self.hnsw,
+                index=self.index,
                 exact_threshold=self.exact_threshold,
                 wal_offset=self.wal_offset,
                 partitions={
@@ -217,9 +238,16 @@ class DenseShard:
 
     @classmethod
     def load(
-        cls, directory: Path, hnsw: HnswSpec | None = None, exact_threshold: int | None = None
+        cls,
+        directory: Path,
+        hnsw: HnswSpec | None = None,
+        exact_threshold: int | None = None,
+        index: DenseIndexSpec | None = None,
     ) -> DenseShard:
-        """Read the snapshot the manifest names; `hnsw`/`exact_threshold` override the saved ones.
+        """Read the snapshot the manifest names; `hnsw`/`exact_threshold`/`index` override the
+        saved ones (query parameters such as efSearch and nprobe apply to the loaded
+        partitions, which keep the kind they were saved as; build parameters apply to the
+        partitions built from now on).
 
         Retries if a concurrent `save` removed the files between reading the manifest and them.
         """
@@ -228,7 +256,7 @@ class DenseShard:
             if manifest is None:
                 raise FileNotFoundError(f"no dense shard snapshot in {directory}")
             try:
-                return cls._from_manifest(directory, manifest, hnsw, exact_threshold)
+                return cls._from_manifest(directory, manifest, hnsw, exact_threshold, index)
             except FileNotFoundError:
                 if attempt == _LOAD_RETRIES - 1:
                     raise
@@ -241,6 +269,7 @@ class DenseShard:
         manifest: dict[str, Any],
         hnsw: HnswSpec | None,
         exact_threshold: int | None,
+        index: DenseIndexSpec | None,
     ) -> DenseShard:
         if manifest.get("format") != FORMAT:
             raise InvalidInput(f"{directory}: unsupported snapshot format {manifest.get('format')}")
@@ -248,6 +277,7 @@ class DenseShard:
             ModelIdentity.from_dict(manifest["identity"]),
             hnsw or HnswSpec.model_validate(manifest["hnsw"]),
             manifest["exact_threshold"] if exact_threshold is None else exact_threshold,
+            index or DenseIndexSpec.model_validate(manifest.get("index", {})),
         )
         shard.wal_offset = int(manifest["wal_offset"])
         for tenant, names in manifest["partitions"].items():
@@ -257,6 +287,7 @@ class DenseShard:
                 shard.dim,
                 shard.hnsw,
                 shard.exact_threshold,
+                shard.index,
             )
         return shard
 

@@ -10,7 +10,9 @@ Then every test here runs on it: each vector finds itself first, results agree w
 search (recall@10 at least `MIN_RECALL`, for HNSW), an upsert replaces by chunk id, deleted
 chunks are never returned, tenants are isolated even with shared chunk ids, vectors of another
 model are refused, an access filter chooses inside the index (k hits when k are allowed), and
-bad input is refused.
+bad input is refused. Scores equal the inner product of the stored vectors within
+`score_tolerance` (a fixture: `SCORE_TOLERANCE` for float32 storage; an index type that scores
+from quantized codes overrides it with its own bound).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ DIM = 16
 IDENTITY = ModelIdentity("contract-model", "0" * 64, DIM, True)
 OTHER_IDENTITY = ModelIdentity("other-model", "1" * 64, DIM, True)
 MIN_RECALL = 0.9  # recall@10 against exact search; HNSW (M 16, ef 64) reaches 1.0 on these
+SCORE_TOLERANCE = 1e-4  # float32 vectors; quantized storage scores within its own bound
 SOURCES = ("wiki", "mail", "tickets")
 
 
@@ -114,18 +117,25 @@ class DenseIndexContract:
     def dense_index(self) -> Iterator[DenseIndex]:
         raise NotImplementedError("the implementation's test class provides an empty index")
 
+    @pytest.fixture
+    def score_tolerance(self) -> float:
+        """How far a hit's score may be from the inner product of the vectors as given."""
+        return SCORE_TOLERANCE
+
     def _filled(self, index: DenseIndex, tenant: str = "alpha", seed: int = 0) -> Vectors:
         vectors = unit_vectors(self.N, seed)
         index.upsert(tenant, chunk_ids(self.N), vectors)
         return vectors
 
-    def test_each_vector_finds_itself_first(self, dense_index: DenseIndex) -> None:
+    def test_each_vector_finds_itself_first(
+        self, dense_index: DenseIndex, score_tolerance: float
+    ) -> None:
         vectors = self._filled(dense_index)
         ids = chunk_ids(self.N)
         for i in range(0, self.N, 15):
             hits = dense_index.search(vectors[i], 5, "alpha", IDENTITY)
             assert hits[0].chunk_id == ids[i]
-            assert hits[0].score == pytest.approx(1.0, abs=1e-4)
+            assert hits[0].score == pytest.approx(1.0, abs=score_tolerance)
             assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
             assert len(hits) == 5
 
@@ -142,13 +152,16 @@ class DenseIndexContract:
         ]
         assert sum(found) / (10 * len(queries)) >= MIN_RECALL
 
-    def test_upsert_replaces_by_chunk_id(self, dense_index: DenseIndex) -> None:
+    def test_upsert_replaces_by_chunk_id(
+        self, dense_index: DenseIndex, score_tolerance: float
+    ) -> None:
         self._filled(dense_index)
         target = chunk_ids(self.N)[7]
         new = unit_vectors(1, seed=1234)
         dense_index.upsert("alpha", [target], new)
         hits = dense_index.search(new[0], self.N, "alpha", IDENTITY)
-        assert hits[0].chunk_id == target and hits[0].score == pytest.approx(1.0, abs=1e-4)
+        assert hits[0].chunk_id == target
+        assert hits[0].score == pytest.approx(1.0, abs=score_tolerance)
         assert [h.chunk_id for h in hits].count(target) == 1
 
     def test_deleted_chunks_are_never_returned(self, dense_index: DenseIndex) -> None:
@@ -164,7 +177,9 @@ class DenseIndexContract:
         assert everything <= live  # HNSW may miss a few of k = all; exact search finds them all
         assert len(everything) >= MIN_RECALL * len(live)
 
-    def test_tenants_are_isolated_with_shared_chunk_ids(self, dense_index: DenseIndex) -> None:
+    def test_tenants_are_isolated_with_shared_chunk_ids(
+        self, dense_index: DenseIndex, score_tolerance: float
+    ) -> None:
         alpha = self._filled(dense_index, "alpha", seed=0)
         beta = self._filled(dense_index, "beta", seed=1)
         ids = chunk_ids(self.N)
@@ -173,7 +188,7 @@ class DenseIndexContract:
         by_id = dict(zip(ids, alpha, strict=True))
         assert len(hits) == 10
         for h in hits:
-            assert h.score == pytest.approx(float(by_id[h.chunk_id] @ beta[3]), abs=1e-4)
+            assert h.score == pytest.approx(float(by_id[h.chunk_id] @ beta[3]), abs=score_tolerance)
         assert dense_index.search(alpha[0], 10, "gamma", IDENTITY) == []
         dense_index.delete("beta", ids[:10])
         assert dense_index.search(alpha[0], 1, "alpha", IDENTITY)[0].chunk_id == ids[0]

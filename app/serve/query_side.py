@@ -217,6 +217,7 @@ class LocalQuerySide:
                 ),
                 publish=self.publish,
                 tombstone_retention_s=tombstone_retention_s(self.spec),
+                index=self.spec.dense.index,
             )
             for i in range(shards)
         ]

@@ -82,6 +82,7 @@ class ShardServer:
                 snapshots,
                 publish=publish,
                 tombstone_retention_s=tombstone_retention_s(self.spec),
+                index=self.spec.dense.index,
             ),
             f"shard {shard} is still opening",
             lambda replica: reporter.report({shard: replica.offset}),

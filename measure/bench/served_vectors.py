@@ -84,6 +84,7 @@ class ServedVectors:
                 self.identity,
                 hnsw or self.dense.hnsw,
                 threshold,
+                index=self.dense.index,
             )
             for shard in range(self.dense.shards)
         ]

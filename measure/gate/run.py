@@ -112,7 +112,7 @@ def gate_measure(
 
 def hnsw_replay(index: EmbeddedIndex, root: Path) -> ReplicaDenseIndex:
     """The index's dense view replayed again from `chunks.<generation>` into `root`, with
-    every tenant in HNSW (exact_threshold 0) at the spec's HNSW settings."""
+    every tenant in the spec's index type (exact_threshold 0) at its settings."""
     assert index.side.log is not None
     dense = index.spec.dense
     replicas = [
@@ -124,6 +124,7 @@ def hnsw_replay(index: EmbeddedIndex, root: Path) -> ReplicaDenseIndex:
             index.embedder.identity,
             dense.hnsw,
             exact_threshold=0,
+            index=dense.index,
         )
         for shard in range(dense.shards)
     ]

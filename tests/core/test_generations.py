@@ -94,6 +94,61 @@ def test_every_generation_field_says_so_in_the_crd() -> None:
     assert "Changes in place" in ef_search["efSearch"]["description"]
 
 
+def test_specs_without_index_types_keep_their_generation() -> None:
+    """The generation of a spec written before `dense.index` existed is unchanged (a new
+    field in the identity would rebuild every running index on upgrade)."""
+    assert index_generation(spec()) == "03b5db25"
+    assert index_generation(spec(dense={"shards": 3, "hnsw": {"m": 16}})) == "ada964e7"
+    assert index_generation(spec(dense={"index": {"type": "hnsw", "ivf": {"nlist": 8}}})) == (
+        "03b5db25"
+    )
+
+
+IVF_PQ = {"type": "ivf_pq", "trainMin": 40_000, "ivf": {"nlist": 1024, "nprobe": 16}}
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "changed"),
+    [
+        ({}, {"type": "hnsw_sq8"}, ["dense.index.type", "dense.index.trainMin"]),
+        (
+            {},
+            {"type": "ivf_sq8"},
+            [
+                "dense.index.type",
+                "dense.index.trainMin",
+                "dense.index.ivf.nlist",
+                "dense.index.refine.storage",
+                "dense.hnsw.m",
+                "dense.hnsw.efConstruction",
+            ],
+        ),
+        ({"type": "hnsw_sq8"}, {"type": "hnsw_sq8", "trainMin": 5000}, ["dense.index.trainMin"]),
+        (IVF_PQ, {**IVF_PQ, "ivf": {"nlist": 512}}, ["dense.index.ivf.nlist"]),
+        (IVF_PQ, {**IVF_PQ, "pq": {"m": 32}}, ["dense.index.pq.m"]),
+        (IVF_PQ, {**IVF_PQ, "pq": {"nbits": 6}}, ["dense.index.pq.nbits"]),
+        (IVF_PQ, {**IVF_PQ, "refine": {"storage": "sq4"}}, ["dense.index.refine.storage"]),
+        (
+            IVF_PQ,
+            {**IVF_PQ, "type": "ivf_sq8"},
+            ["dense.index.type", "dense.index.pq.m", "dense.index.pq.nbits"],
+        ),
+        # query-time parameters, and build parameters of a type not chosen: in place
+        (IVF_PQ, {**IVF_PQ, "ivf": {"nlist": 1024, "nprobe": 64}}, []),
+        (IVF_PQ, {**IVF_PQ, "refine": {"kFactor": 10}}, []),
+        ({**IVF_PQ, "trainMin": 39_936}, {**IVF_PQ, "trainMin": None}, []),  # 39 x nlist
+        ({}, {"pq": {"m": 8}, "refine": {"storage": "flat"}, "trainMin": 99}, []),
+        ({"type": "hnsw_sq8"}, {"type": "hnsw_sq8", "ivf": {"nlist": 16}}, []),
+    ],
+)
+def test_index_build_parameters_start_a_generation_only_for_their_type(
+    old: dict[str, Any], new: dict[str, Any], changed: list[str]
+) -> None:
+    a, b = spec(dense={"index": old}), spec(dense={"index": new})
+    assert changed_generation_fields(a, b) == changed
+    assert (index_generation(a) != index_generation(b)) == bool(changed)
+
+
 def test_each_generation_has_its_own_ingest_group() -> None:
     a, b = index_generation(spec()), index_generation(spec(dense={"shards": 3}))
     assert ingest_group(a) != ingest_group(b)

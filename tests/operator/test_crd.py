@@ -152,6 +152,8 @@ def test_every_model_validator_has_a_cel_rule() -> None:
         "log.replicationFactor must be <= log.brokers for a managed log",
         "log.bootstrapServers is required for, and only valid with, external",
         "log.credentialsSecret is only valid with mode external",
+        "dense.index.trainMin must be >= ivf.nlist for the IVF types, and >= 2^pq.nbits for"
+        " ivf_pq (FAISS cannot train on fewer vectors)",
         # A transition rule: pydantic never sees the old spec, the API server does.
         "log.docsPartitions cannot decrease (Kafka never removes partitions)",
     }
@@ -313,6 +315,18 @@ INVALID: dict[str, tuple[dict[str, Any], list[str]]] = {
         ["spec.embedder.gpus", "run on CPU (onnxruntime)"],
     ),
     "unknown-field": ({"dense": {"shardz": 3}}, ["unknown field", "spec.dense.shardz"]),
+    "ivf-train-min-below-nlist": (
+        {"dense": {"index": {"type": "ivf_sq8", "trainMin": 100, "ivf": {"nlist": 256}}}},
+        ["spec.dense.index.trainMin", "must be >= ivf.nlist"],
+    ),
+    "pq-train-min-below-codebook": (
+        {"dense": {"index": {"type": "ivf_pq", "trainMin": 200, "ivf": {"nlist": 64}}}},
+        ["spec.dense.index.trainMin", "2^pq.nbits"],
+    ),
+    "unknown-index-type": (
+        {"dense": {"index": {"type": "ivf_flat"}}},
+        ["spec.dense.index.type", "Unsupported value", "ivf_flat"],
+    ),
 }
 
 

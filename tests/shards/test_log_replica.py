@@ -8,12 +8,13 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from ragindex.config import HnswSpec
+from ragindex.config import DenseIndexSpec, HnswSpec
 from ragindex.filters import compile_access, parse_filter
 from ragindex.log import FileLog
 from ragindex.records import chunk_key, encode_chunk
@@ -27,6 +28,7 @@ from ragindex.shards.log_replica import (
 )
 from ragindex.testing import IDENTITY as CONTRACT_IDENTITY
 from ragindex.testing import DenseIndexContract, LogFedDense, chunks_log
+from ragindex.testing.dense import SCORE_TOLERANCE
 from ragindex.types import Chunk, ModelIdentity
 
 IDENTITY = ModelIdentity("test-model", "0" * 64, 8, True)
@@ -75,6 +77,52 @@ def test_replays_the_partition_with_text_and_tombstones(tmp_path: Path) -> None:
         None,
         None,
     ]
+
+
+def test_runs_of_tombstones_are_one_delete_and_the_log_order_holds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = FileLog(tmp_path / "log")
+    log.ensure_topic(TOPIC, 1, compacted=True)
+
+    def up(n: int, v: int) -> tuple[int, bytes, bytes]:
+        return (0, chunk_key("a", f"wiki:{n}:0"), encode_chunk(chunk("a", n), vector(v)))
+
+    def tomb(n: int) -> tuple[int, bytes, None]:
+        return (0, chunk_key("a", f"wiki:{n}:0"), None)
+
+    log.append(
+        TOPIC,
+        [
+            *(up(n, n) for n in range(8)),
+            *(tomb(n) for n in (1, 2, 3, 3)),  # one document's chunks (and a repeat)
+            up(1, 5),  # back again, after its delete
+            tomb(4),
+            up(4, 6),
+            tomb(4),  # gone again: the last word
+            up(0, 7),
+            tomb(0),
+        ],
+    )
+    r = replica(log, tmp_path / "node1")
+    calls: list[list[str]] = []
+    delete = r.shard.delete
+
+    def counting(tenant: str, chunk_ids: list[str]) -> int:
+        calls.append(list(chunk_ids))
+        return delete(tenant, chunk_ids)
+
+    monkeypatch.setattr(r.shard, "delete", counting)
+    assert r.catch_up() == 18
+    assert calls[0] == ["wiki:1:0", "wiki:2:0", "wiki:3:0"]
+    assert sorted(r.shard.live_vectors("a")[0]) == ["wiki:1:0", "wiki:5:0", "wiki:6:0", "wiki:7:0"]
+    assert r.search(vector(5)[None, :], 1, "a", IDENTITY)[0].chunk_id in ("wiki:1:0", "wiki:5:0")
+    assert set(r.get_chunks("a", [f"wiki:{n}:0" for n in range(8)])) == {
+        "wiki:1:0",
+        "wiki:5:0",
+        "wiki:6:0",
+        "wiki:7:0",
+    }
 
 
 def test_restarts_from_its_snapshot_and_replays_only_the_rest(tmp_path: Path) -> None:
@@ -163,12 +211,57 @@ def test_texts_are_encoded_in_pieces_as_one_json_document() -> None:
     assert json.loads(texts_json(0, {})) == {"offset": 0, "chunks": {}}
 
 
-class TestLogShardReplicaContract(DenseIndexContract):
-    """The DenseIndex contract on one replica fed by its partition, searched exactly and in
-    HNSW (exact_threshold 0)."""
+@dataclass(frozen=True)
+class ContractCase:
+    exact_threshold: int
+    index: DenseIndexSpec
+    kind: str  # what a tenant of the contract's 300 vectors is searched by
+    score_tolerance: float = SCORE_TOLERANCE
 
-    @pytest.fixture(params=[10_000, 0], ids=["exact", "hnsw"])
-    def dense_index(self, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LogFedDense]:
+
+_TRAINED = {"train_min": 100, "ivf": {"nlist": 8, "nprobe": 6}}
+CONTRACT_CASES = {
+    "exact": ContractCase(10_000, DenseIndexSpec(), "flat"),
+    "hnsw": ContractCase(0, DenseIndexSpec(), "hnsw"),
+    # 8-bit codes of 16-d unit vectors: a score is off by at most ~0.012
+    "hnsw_sq8": ContractCase(0, DenseIndexSpec(type="hnsw_sq8", train_min=100), "hnsw_sq8", 0.02),
+    "ivf_pq": ContractCase(
+        0,
+        DenseIndexSpec.model_validate(
+            {
+                **_TRAINED,
+                "type": "ivf_pq",
+                "pq": {"m": 4, "nbits": 6},
+                "refine": {"storage": "flat", "kFactor": 8},
+            }
+        ),
+        "ivf_pq",
+    ),
+    "ivf_sq8": ContractCase(
+        0,
+        DenseIndexSpec.model_validate(
+            {**_TRAINED, "type": "ivf_sq8", "refine": {"storage": "sq8"}}
+        ),
+        "ivf_sq8",
+        0.02,
+    ),
+}
+
+
+class TestLogShardReplicaContract(DenseIndexContract):
+    """The DenseIndex contract on one replica fed by its partition, searched exactly and by
+    every index type (exact_threshold 0, trained from the first 100 vectors)."""
+
+    @pytest.fixture(params=list(CONTRACT_CASES))
+    def case(self, request: pytest.FixtureRequest) -> ContractCase:
+        return CONTRACT_CASES[request.param]
+
+    @pytest.fixture
+    def score_tolerance(self, case: ContractCase) -> float:
+        return case.score_tolerance
+
+    @pytest.fixture
+    def dense_index(self, case: ContractCase, tmp_path: Path) -> Iterator[LogFedDense]:
         log = chunks_log(tmp_path / "log", shards=1)
         view = LogShardReplica(
             log,
@@ -177,10 +270,18 @@ class TestLogShardReplicaContract(DenseIndexContract):
             tmp_path / "replica",
             CONTRACT_IDENTITY,
             HnswSpec(),
-            exact_threshold=request.param,
+            exact_threshold=case.exact_threshold,
+            index=case.index,
         )
         yield LogFedDense(view, log, "contract.chunks", 1, view.catch_up)
         log.close()
+
+    def test_the_tenant_is_searched_by_the_cases_index(
+        self, dense_index: LogFedDense, case: ContractCase
+    ) -> None:
+        self._filled(dense_index)
+        assert isinstance(dense_index.view, LogShardReplica)
+        assert dense_index.view.shard.kind_of("alpha") == case.kind
 
 
 def test_counting_documents_while_the_views_thread_applies_never_fails(tmp_path: Path) -> None:

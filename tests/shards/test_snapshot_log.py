@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ragindex.config import HnswSpec
+from ragindex.config import DenseIndexSpec, HnswSpec
 from ragindex.log import FileLog, KafkaLog
 from ragindex.measure.servers import KafkaServer
 from ragindex.protocols import Log
@@ -58,9 +58,9 @@ def log(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Log]:
 class Plane:
     """A chunks topic and its snapshots topic (unique names: the Kafka broker is shared)."""
 
-    def __init__(self, log: Log, root: Path) -> None:
+    def __init__(self, log: Log, root: Path, index: DenseIndexSpec | None = None) -> None:
         name = uuid.uuid4().hex[:8]
-        self.log, self.root = log, root
+        self.log, self.root, self.index = log, root, index
         self.chunks, self.snapshots = f"t{name}.chunks.g1", f"t{name}.snapshots.g1"
         log.ensure_topic(self.chunks, 1, compacted=True)
 
@@ -86,6 +86,7 @@ class Plane:
             self.topic(identity) if snapshots else None,
             publish=node == "publisher",
             tombstone_retention_s=tombstone_retention_s,
+            index=self.index,
         )
 
 
@@ -93,6 +94,47 @@ def answers(r: LogShardReplica) -> list[object]:
     hits = [r.search(vector(q)[None, :], 5, t, IDENTITY) for q in range(20) for t in ("a", "b")]
     texts = r.get_chunks("a", [f"wiki:{n}:0" for n in range(0, CHUNKS + 10, 97)])
     return [hits, {c: t.text[:12] for c, t in texts.items()}, r.count("a"), r.count("b")]
+
+
+TRAINED = {"trainMin": 200, "ivf": {"nlist": 8, "nprobe": 4}}
+
+
+@pytest.mark.parametrize(
+    "index",
+    [
+        {"type": "hnsw_sq8", "trainMin": 200},
+        {**TRAINED, "type": "ivf_pq", "pq": {"m": 4, "nbits": 6}},
+        {**TRAINED, "type": "ivf_sq8", "refine": {"storage": "flat"}},
+    ],
+    ids=lambda index: index["type"],
+)
+def test_a_replica_of_each_index_type_bootstraps_from_the_published_snapshot(
+    tmp_path: Path, index: dict[str, object]
+) -> None:
+    spec = DenseIndexSpec.model_validate(index)
+    log = FileLog(tmp_path / "log")
+    plane = Plane(log, tmp_path, spec)
+    log.append(plane.chunks, upserts("a", range(600)) + upserts("b", range(50)))
+    publisher = plane.replica("publisher")
+    publisher.catch_up()
+    publisher.snapshot()
+    covered = publisher.offset
+    tail = [
+        *upserts("a", range(600, 605)),
+        (0, chunk_key("a", "wiki:3:0"), None),
+        (0, chunk_key("a", "wiki:4:0"), encode_chunk(chunk("a", 4), vector(9999))),
+    ]
+    log.append(plane.chunks, tail)
+    fresh = plane.replica("node2")
+    assert fresh.offset == covered  # from the published snapshot, not from 0
+    assert fresh.catch_up() == len(tail) and publisher.catch_up() == len(tail)
+    assert fresh.shard.kind_of("a") == spec.type and fresh.shard.kind_of("b") == "flat"
+    assert fresh.shard.index == spec
+    assert answers(fresh) == answers(publisher)
+    assert fresh.count("a") == 604 and "wiki:3:0" not in fresh.get_chunks("a", ["wiki:3:0"])
+    hits = fresh.search(vector(9999)[None, :], 1, "a", IDENTITY)
+    assert hits[0].chunk_id == "wiki:4:0"  # the replaced vector, not the old one
+    log.close()
 
 
 def test_a_fresh_replica_loads_the_published_snapshot_and_replays_only_the_tail(

@@ -134,12 +134,12 @@ def test_the_dense_shards_are_searched_at_once(
         met: dict[int, bool] = {}
         search = LogShardReplica.search
 
-        def waiting_search(self: LogShardReplica, *args: Any) -> Any:
+        def waiting_search(self: LogShardReplica, *args: Any, **kwargs: Any) -> Any:
             started[self.partition].set()
             met[self.partition] = started[1 - self.partition].wait(MEETS_S)
             if self.partition == 1 and fail_second.is_set():
                 raise RuntimeError("shard 1 failed")
-            return search(self, *args)
+            return search(self, *args, **kwargs)
 
         fail_second = threading.Event()
         monkeypatch.setattr(LogShardReplica, "search", waiting_search)
