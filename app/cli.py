@@ -10,6 +10,7 @@ Heavy imports (torch, FAISS, Ray) happen inside the command that needs them, so 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -20,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 from ragindex.errors import BackendUnavailable, InvalidInput, RagIndexError
 from ragindex.router.cli_output import add_json_option, emit_json
 from ragindex.router.problems import unwrapped
+from ragindex.telemetry import LOG_FORMATS, configure_logging
+from ragindex.telemetry_names import LOG_FORMAT_ENV
 
 if TYPE_CHECKING:
     from ragindex.router import SearchResult
@@ -279,6 +282,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--debug", action="store_true", help=f"print the traceback of an error (or ${DEBUG_ENV}=1)"
     )
+    parser.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default=None,
+        help=f"log lines as JSON (with level, logger, replica, request and trace ids) or text;"
+        f" the Serve replicas a command starts inherit it (default: ${LOG_FORMAT_ENV}, else"
+        " auto: text on a terminal, JSON otherwise)",
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser(
@@ -356,6 +367,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     debug = args.debug or os.environ.get(DEBUG_ENV) == "1"
     try:
+        if args.log_format is not None:  # the replicas Ray starts read it from the environment
+            os.environ[LOG_FORMAT_ENV] = args.log_format
+        configure_logging(level=logging.WARNING)
         # serve and token share the same default data dir; eval keeps its own, demo a temp dir.
         if args.command in ("serve", "token") and args.data_dir is None:
             from ragindex.app.index_opening import default_data_dir

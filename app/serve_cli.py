@@ -29,6 +29,7 @@ from typing import Any
 from ragindex.errors import InvalidInput
 from ragindex.netutil import free_port
 from ragindex.serve_config import Runtime
+from ragindex.telemetry import tracing_environment
 
 APP_NAME = "ragindex"
 RAY_CPUS = 2
@@ -116,6 +117,8 @@ def apply_ray_environment(
     itself when it turns token mode on."""
     os.environ.pop("RAY_AUTH_TOKEN", None)  # would win over the data directory's token file
     os.environ.update(ray_environment(data_dir, runtime, worker_niceness))
+    # Serve's tracing, when an OTLP endpoint or a span file is configured (telemetry.tracing)
+    os.environ.update(tracing_environment())
     if "ray._raylet" in sys.modules:
         from ray._raylet import AuthenticationTokenLoader, Config  # type: ignore[attr-defined]
 

@@ -19,6 +19,7 @@ import kopf
 
 from ragindex.operator.handlers import OperatorOptions, register
 from ragindex.operator.objects import RenderOptions
+from ragindex.telemetry_names import METRICS_PORT
 
 
 def operator_identity() -> str:
@@ -79,6 +80,24 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[OperatorOptions, argp
         help="namespace of KubeRay's operator (the one admitted to the Ray dashboard port);"
         " unset: its pods in any namespace",
     )
+    p.add_argument(
+        "--monitoring-namespace",
+        default=RenderOptions.monitoring_namespace,
+        help="namespace of the Prometheus admitted to the Ray pods' metrics port"
+        f" ({METRICS_PORT}); empty: pods of any namespace",
+    )
+    p.add_argument(
+        "--otlp-endpoint",
+        default=None,
+        help="OTLP/HTTP endpoint the Ray pods send traces to (e.g."
+        " http://otel-collector.monitoring:4318); unset: no tracing",
+    )
+    p.add_argument(
+        "--trace-sampling-ratio",
+        type=float,
+        default=RenderOptions.trace_sampling_ratio,
+        help="share of requests traced that come without a sampled traceparent",
+    )
     p.add_argument("--head-cpus", type=int, default=RenderOptions.head_cpus)
     p.add_argument("--head-memory", default=RenderOptions.head_memory)
     p.add_argument("--cpu-worker-cpus", type=int, default=RenderOptions.cpu_worker_cpus)
@@ -104,6 +123,9 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[OperatorOptions, argp
         elasticsearch_version=args.elasticsearch_version,
         storage_class=args.storage_class,
         kuberay_namespace=args.kuberay_namespace,
+        monitoring_namespace=args.monitoring_namespace or None,
+        otlp_endpoint=args.otlp_endpoint or None,
+        trace_sampling_ratio=args.trace_sampling_ratio,
         head_cpus=args.head_cpus,
         head_memory=args.head_memory,
         cpu_worker_cpus=args.cpu_worker_cpus,

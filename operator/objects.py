@@ -131,6 +131,14 @@ class RenderOptions:
     # The CPU request of every Ray pod, when not its CPU count (which stays the limit, so Ray
     # still sees that many CPUs): overcommits small dev/test nodes that cannot fit the counts.
     ray_cpu_request: str | None = None
+    # Namespace of the Prometheus that scrapes the Ray pods' metrics port (the one caller
+    # admitted to it besides the cluster's own pods); None admits any namespace's pods.
+    monitoring_namespace: str | None = "monitoring"
+    # An OTLP/HTTP endpoint (e.g. http://otel-collector.monitoring:4318) the Ray pods export
+    # their traces to, and the share of requests without a sampled `traceparent` they trace;
+    # None: no tracing.
+    otlp_endpoint: str | None = None
+    trace_sampling_ratio: float = 0.01
 
 
 @dataclass(frozen=True)

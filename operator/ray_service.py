@@ -38,6 +38,16 @@ from ragindex.serve_config import (
     render_serve_config,
     to_yaml,
 )
+from ragindex.telemetry_names import (
+    LOG_FORMAT_ENV,
+    METRICS_PORT,
+    METRICS_PORT_ENV,
+    METRICS_PORT_NAME,
+    OTLP_ENDPOINT_ENV,
+    SERVE_TRACING_EXPORTER_ENV,
+    SERVE_TRACING_SAMPLING_ENV,
+    TRACING_EXPORTER,
+)
 
 
 def _serving_spec(spec: RagIndexSpec, name: str, namespace: str) -> RagIndexSpec:
@@ -110,12 +120,24 @@ def _secret_env(name: str, secret: str, key: str) -> dict[str, Any]:
     return {"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
 
 
-def _pod_env(spec: RagIndexSpec, name: str, namespace: str) -> list[dict[str, Any]]:
-    """Environment of every Ray container; credentials only by reference to a Secret."""
+def _pod_env(
+    spec: RagIndexSpec, name: str, namespace: str, options: RenderOptions
+) -> list[dict[str, Any]]:
+    """Environment of every Ray container; credentials only by reference to a Secret. Every
+    ragindex process logs JSON lines, a pod serves its processes' metrics on METRICS_PORT, and
+    with an OTLP endpoint Serve traces requests there (ragindex.telemetry)."""
     env: list[dict[str, Any]] = [
         {"name": "RAY_USAGE_STATS_ENABLED", "value": "0"},
         {"name": "OMP_NUM_THREADS", "value": "1"},
+        {"name": LOG_FORMAT_ENV, "value": "json"},
+        {"name": METRICS_PORT_ENV, "value": str(METRICS_PORT)},
     ]
+    if options.otlp_endpoint:  # Serve traces every request through its replicas
+        env += [
+            {"name": OTLP_ENDPOINT_ENV, "value": options.otlp_endpoint},
+            {"name": SERVE_TRACING_EXPORTER_ENV, "value": TRACING_EXPORTER},
+            {"name": SERVE_TRACING_SAMPLING_ENV, "value": str(options.trace_sampling_ratio)},
+        ]
     if managed_elasticsearch(spec):
         # ECK writes the `elastic` user's password into this Secret.
         env += [
@@ -199,7 +221,7 @@ def render_ray_service(
     layout = deployment_layout(spec, "cluster")
     on_gpu = [d for d in layout if d["ray_actor_options"]["num_gpus"] > 0]
     on_cpu = [d for d in layout if d["ray_actor_options"]["num_gpus"] == 0]
-    env = _pod_env(spec, name, namespace)
+    env = _pod_env(spec, name, namespace, options)
     volumes, mounts = _volumes(spec)
     pod_labels = labels(name, generation)
     scratch = spec.storage_size
@@ -230,6 +252,13 @@ def render_ray_service(
         {"name": "client", "containerPort": 10001},
         {"name": "serve", "containerPort": SERVE_PORT},
     ]
+    metrics_port = [{"name": METRICS_PORT_NAME, "containerPort": METRICS_PORT, "protocol": "TCP"}]
+
+    def worker(container: dict[str, Any]) -> dict[str, Any]:
+        """A worker container: its pod's ragindex processes serve their metrics (the head
+        runs no replica)."""
+        return {**container, "ports": copy.deepcopy(metrics_port)}
+
     cpu_lo, cpu_hi = _demand(on_cpu, "num_cpus")
     cpu_per_pod = options.cpu_worker_cpus
     workers = [
@@ -240,14 +269,16 @@ def render_ray_service(
             "maxReplicas": max(1, _pods(cpu_hi, cpu_per_pod)),
             "rayStartParams": {},
             "template": template(
-                _container(
-                    "ray-worker",
-                    options,
-                    cpu_per_pod,
-                    options.cpu_worker_memory,
-                    env,
-                    mounts,
-                    scratch,
+                worker(
+                    _container(
+                        "ray-worker",
+                        options,
+                        cpu_per_pod,
+                        options.cpu_worker_memory,
+                        env,
+                        mounts,
+                        scratch,
+                    )
                 )
             ),
         }
@@ -264,15 +295,17 @@ def render_ray_service(
                 "maxReplicas": max(1, _pods(gpu_hi, gpus_per_pod)),
                 "rayStartParams": {},
                 "template": template(
-                    _container(
-                        "ray-worker",
-                        options,
-                        options.gpu_worker_cpus,
-                        options.gpu_worker_memory,
-                        env,
-                        mounts,
-                        scratch,
-                        gpus=gpus_per_pod,
+                    worker(
+                        _container(
+                            "ray-worker",
+                            options,
+                            options.gpu_worker_cpus,
+                            options.gpu_worker_memory,
+                            env,
+                            mounts,
+                            scratch,
+                            gpus=gpus_per_pod,
+                        )
                     )
                 ),
             }

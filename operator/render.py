@@ -51,6 +51,7 @@ from ragindex.operator.objects import (
     validate_name,
 )
 from ragindex.operator.ray_service import render_ray_service
+from ragindex.telemetry_names import METRICS_PORT
 
 
 def named_secrets(spec: RagIndexSpec) -> list[str]:
@@ -79,7 +80,8 @@ def render_network_policy(
 ) -> dict[str, Any]:
     """Ingress to one generation's Ray pods: every port from its own pods (GCS, raylets, object
     transfer, dashboard agent), the dashboard from KubeRay's operator only, Serve from anyone
-    (clients reach it through the stable Service). Egress stays open: Kafka, Elasticsearch
+    (clients reach it through the stable Service), the metrics port from the monitoring
+    namespace's pods (Prometheus scrapes every pod there). Egress stays open: Kafka, Elasticsearch
     and a generator endpoint are all outside the RayCluster."""
     own = {"podSelector": {"matchLabels": ray_pod_labels(name, generation)}}
     kuberay: dict[str, Any] = {"podSelector": {"matchLabels": dict(KUBERAY_OPERATOR_LABELS)}}
@@ -88,6 +90,13 @@ def render_network_policy(
         if options.kuberay_namespace
         else {}
     )
+    monitoring: dict[str, Any] = {
+        "namespaceSelector": (
+            {"matchLabels": {"kubernetes.io/metadata.name": options.monitoring_namespace}}
+            if options.monitoring_namespace
+            else {}
+        )
+    }
     return {
         "apiVersion": NETWORK_POLICY[0],
         "kind": NETWORK_POLICY[1],
@@ -101,6 +110,7 @@ def render_network_policy(
                 {"from": [own]},
                 {"from": [kuberay], "ports": [{"protocol": "TCP", "port": DASHBOARD_PORT}]},
                 {"ports": [{"protocol": "TCP", "port": SERVE_PORT}]},
+                {"from": [monitoring], "ports": [{"protocol": "TCP", "port": METRICS_PORT}]},
             ],
         },
     }

@@ -18,13 +18,7 @@ from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request, Secur
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from prometheus_client import (
-    CONTENT_TYPE_LATEST,
-    CollectorRegistry,
-    Counter,
-    Histogram,
-    generate_latest,
-)
+from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import WithJsonSchema
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -89,6 +83,7 @@ from ragindex.router.problems import (
 )
 from ragindex.router.query import Access, SearchResult
 from ragindex.router.ui_page import add_ui
+from ragindex.telemetry import annotate_search, exposition, instruments, observe_search
 from ragindex.types import (
     ID_PART_PATTERN,
     Chunk,
@@ -167,33 +162,19 @@ def create_app(
     verifier: TokenVerifier,
     *,
     max_body_bytes: int = MAX_BODY_BYTES,
-    registry: CollectorRegistry | None = None,
     limits: LimitsSpec | None = None,
     clock: Callable[[], float] = time.monotonic,
     report_token: str | None = None,
     cursor_generation: str | None = None,
 ) -> FastAPI:
-    """The v1 API over one backend; each app has its own Prometheus registry and per-tenant
-    limiter (`limits`: the spec's, else the defaults). `report_token`: the credential
-    /v1/generation asks of its reader (the cluster's operator); without one, any API token.
-    `cursor_generation`: the index generation the backend serves, which its search cursors
+    """The v1 API over one backend, with its own per-tenant limiter (`limits`: the spec's,
+    else the defaults); its metrics are the process's (ragindex.telemetry). `report_token`: the
+    credential /v1/generation asks of its reader (the cluster's operator); without one, any API
+    token. `cursor_generation`: the index generation the backend serves, which its search cursors
     name (and its OpenAPI document's cursor pattern; None: any generation's cursor decodes, for
     the reference docs and tests)."""
     limiter = TenantLimiter(limits or LimitsSpec())
-    registry = registry or CollectorRegistry()
-    requests = Counter(
-        "ragindex_http_requests",
-        "HTTP requests by route and status.",
-        ["route", "status"],
-        registry=registry,
-    )
-    latency = Histogram(
-        "ragindex_http_request_seconds",
-        "HTTP request latency by route.",
-        ["route"],
-        registry=registry,
-        buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
-    )
+    metrics_ = instruments()
     app = FastAPI(
         title="ragindex",
         version="1",
@@ -256,6 +237,7 @@ def create_app(
             ) from None
         admission = limiter.admit(found.tenant, clock())
         if not admission.admitted:
+            metrics_.admission_refused.labels(admission.kind).inc()
             raise HTTPException(
                 status_code=429,
                 detail=admission.reason,
@@ -477,6 +459,9 @@ def create_app(
         result = await backend.search(
             grant.tenant, body.query, body.k, body.mode, body.rerank, access, paged
         )
+        degraded = bool(result.warnings)
+        observe_search(body.mode, result.timings_ms, result.hops_ms, len(result.hits), degraded)
+        annotate_search(body.mode, result.timings_ms, len(result.hits), degraded)
         out = hit_out(result)
         if result.hops_ms:
             response.headers.append("server-timing", server_timing(result.hops_ms, "hop."))
@@ -500,7 +485,10 @@ def create_app(
         """A cited answer from the caller's tenant's sources it may read (and its `filter`
         selects), or `refused: true`."""
         access = reads(body, grant)
+        started = time.perf_counter()
         answered = await backend.answer(grant.tenant, body.question, body.k, access)
+        metrics_.query_stage.labels("answer").observe(time.perf_counter() - started)
+        metrics_.answers.labels("refused" if answered.refused else "answered").inc()
         return AnswerResponse.from_answer(answered)
 
     @app.get(
@@ -578,11 +566,13 @@ def create_app(
         response_class=PlainTextResponse,
         responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
     )
-    async def metrics() -> Response:
-        """Prometheus text exposition of this replica's metrics."""
-        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+    def metrics() -> Response:  # reading every process's metrics: on a thread, not the loop
+        """Prometheus text exposition of this node's ragindex processes (in the embedded
+        runtime: the Router, Ingest and every view; in the cluster: the pod of the Router
+        replica that answered, whose pods are scraped on their metrics port instead)."""
+        return Response(exposition(), media_type=CONTENT_TYPE_LATEST)
 
     add_ui(app)  # the search page: no data of its own, every call it makes carries the token
-    app.add_middleware(Metrics, requests=requests, latency=latency)
+    app.add_middleware(Metrics)
     app.add_middleware(BodyLimit, limit=max_body_bytes)
     return app

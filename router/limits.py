@@ -22,6 +22,7 @@ class Admission:
     admitted: bool
     retry_after_s: int = 0
     reason: str = ""
+    kind: str = ""  # which limit refused it: "concurrency" or "rate" (a metric's label)
 
 
 @dataclass
@@ -49,6 +50,7 @@ class TenantLimiter:
             return Admission(
                 False,
                 retry_after_s=1,
+                kind="concurrency",
                 reason=f"tenant {tenant_id!r} already has {bucket.in_flight} requests in flight"
                 f" (limit {limits.max_concurrent}); retry when one has finished",
             )
@@ -57,6 +59,7 @@ class TenantLimiter:
             return Admission(
                 False,
                 retry_after_s=max(1, math.ceil(wait)),
+                kind="rate",
                 reason=f"tenant {tenant_id!r} is over its rate of {limits.requests_per_s:g}"
                 f" requests/s (burst {limits.burst})",
             )

@@ -3,19 +3,17 @@ body size limit (declared or streamed)."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
 from fastapi.responses import JSONResponse
-from prometheus_client import (
-    Counter,
-    Histogram,
-)
 
 from ragindex.router.problems import MEDIA_TYPE as PROBLEM_MEDIA_TYPE
 from ragindex.router.problems import problem
+from ragindex.telemetry import observe_http, request_id_scope
 
 Scope = MutableMapping[str, Any]
 
@@ -47,24 +45,35 @@ def server_timing(durations_ms: Mapping[str, float], prefix: str = "") -> str:
     return ", ".join(f"{prefix}{name};dur={ms:.3f}" for name, ms in durations_ms.items())
 
 
+def request_id(scope: Scope) -> str:
+    """The request's `X-Request-ID` (Serve's proxy sets one), else a new one."""
+    for name, value in scope.get("headers") or ():
+        if name == b"x-request-id":
+            return str(value.decode("latin-1"))[:128]
+    return os.urandom(8).hex()
+
+
 @dataclass
 class Metrics:
-    """ASGI middleware counting requests and timing them by route and status; each response
-    says how long this replica held it (`Server-Timing: app;dur=<ms>`), so a client can tell
-    the replica's time from the proxy's and the network's.
+    """ASGI middleware counting requests and timing them by route and status
+    (ragindex.telemetry); each response says how long this replica held it
+    (`Server-Timing: app;dur=<ms>`), so a client can tell the replica's time from the proxy's
+    and the network's. Whatever the request logs carries its request id.
 
     Plain ASGI rather than `@app.middleware("http")`: Starlette's BaseHTTPMiddleware runs the
     app in a separate task with stream plumbing, a cost paid on every search.
     """
 
     app: ASGIApp
-    requests: Counter
-    latency: Histogram
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        with request_id_scope(request_id(scope)):
+            await self._timed(scope, receive, send)
+
+    async def _timed(self, scope: Scope, receive: Receive, send: Send) -> None:
         start = time.perf_counter()
         status = 500
 
@@ -82,8 +91,7 @@ class Metrics:
         finally:
             # The router records the matched route in the (shared) scope while it handles.
             path = getattr(scope.get("route"), "path", "unmatched")
-            self.requests.labels(path, str(status)).inc()
-            self.latency.labels(path).observe(time.perf_counter() - start)
+            observe_http(path, status, time.perf_counter() - start)
 
 
 @dataclass

@@ -29,6 +29,7 @@ from typing import Any
 from ray.serve.handle import DeploymentHandle
 
 from ragindex.app.serve.data_plane import applied_target, ensure_topics, open_log
+from ragindex.app.serve.observability import setup_replica
 from ragindex.app.serve.pools import RemoteEmbedder
 from ragindex.app.serve.progress import ProgressReporter, running_replicas, this_replica
 from ragindex.app.serve.threads import ReplicaThread, limit_threads, release_free_heap
@@ -36,11 +37,12 @@ from ragindex.config import ONNX_BACKENDS, RagIndexSpec
 from ragindex.errors import BackendUnavailable, InvalidInput
 from ragindex.generations import index_generation
 from ragindex.ingest import IngestWorker, as_documents, assigned_partitions
-from ragindex.ingest.worker import READ_BATCH
+from ragindex.ingest.worker import READ_BATCH, BatchTrace
 from ragindex.models import TokenCounter, load_embedder, resolve_model_path
 from ragindex.protocols import Embedder
 from ragindex.records import docs_records, docs_tombstone
 from ragindex.serve_config import INGEST
+from ragindex.telemetry import END_OFFSETS_EVERY_S, instruments
 from ragindex.topics import plane_topics
 from ragindex.types import Document, validate_tenant
 
@@ -76,6 +78,7 @@ class Ingest:
     ) -> None:
         """`report_partitions`: report the owned partitions to the progress registry (the
         cluster runtime's; the embedded runtime runs no registry actor)."""
+        setup_replica("ingest")
         self.spec = RagIndexSpec.model_validate(spec)
         self.reporter = (
             ProgressReporter(INGEST, index_generation(self.spec)) if report_partitions else None
@@ -91,6 +94,10 @@ class Ingest:
             remote = RemoteEmbedder(embedder, identity, max_seq, local_token_counter(self.spec))
         self.worker: IngestWorker = await self.worker_thread.run(self._open, remote, [])
         self._assigned_at = 0.0
+        self._lag_at = 0.0  # when the consumer lag was last recorded (monotonic)
+        self._lag_partitions: set[int] = set()  # the docs partitions it was recorded for
+        self._docs_ends: dict[int, int] = {}  # docs partition -> its end as last known here
+        self._last_trace: BatchTrace | None = None  # the newest batch already recorded
         self._idle = True  # the last poll found nothing
         self._appended = asyncio.Event()  # set by append: wakes the worker loop
         self._committed = asyncio.Event()  # set (and replaced) after the worker committed
@@ -118,6 +125,63 @@ class Ingest:
             release_free_heap()
         if self.reporter is not None:
             self.reporter.report(self.worker.committed_offsets())
+        self._record_lag()
+
+    def _record_lag(self) -> None:
+        """Per `docs` partition this replica owns, its end offset, the committed offset and
+        their difference (Kafka's transaction markers count in it); 0 for a partition it gave
+        up (another replica's lag counts there). Every END_OFFSETS_EVERY_S at most, and at once
+        when the partitions it owns change; between, its own appends and batches update them
+        (`_record_append`, `_record_batches`)."""
+        owned = set(self.worker.partitions)
+        if owned == self._lag_partitions and time.monotonic() - self._lag_at < END_OFFSETS_EVERY_S:
+            return
+        self._lag_at = time.monotonic()
+        made = instruments()
+        try:
+            committed = self.worker.committed_offsets()
+            for p, offset in committed.items():
+                end = self._docs_ends[p] = self.log.end_offset(self.topics.docs, p)
+                made.log_end.labels("docs", str(p)).set(end)
+                made.ingest_committed.labels(str(p)).set(offset)
+                made.ingest_lag.labels(str(p)).set(max(0, end - offset))
+            for p in self._lag_partitions - committed.keys():
+                made.ingest_lag.labels(str(p)).set(0)
+            self._lag_partitions = set(committed)
+        except Exception as err:  # metrics never stop ingest
+            log.warning("could not record the consumer lag: %s", err)
+
+    def _record_batches(self) -> None:
+        """The batches the worker finished since the last call: documents, chunks embedded,
+        and each step's time (ingest.worker.BatchTrace)."""
+        traces = self.worker.traces
+        new: list[BatchTrace] = []
+        for trace in reversed(traces):
+            if trace is self._last_trace:
+                break
+            new.append(trace)
+        if not new:
+            return
+        self._last_trace = traces[-1]
+        made = instruments()
+        owned = self._lag_partitions
+        for p, offset in self.worker.progress.next_offsets.items():
+            if p in owned:  # what it just committed; the end as this replica last knew it
+                made.ingest_committed.labels(str(p)).set(offset)
+                end = max(self._docs_ends.get(p, offset), offset)
+                made.ingest_lag.labels(str(p)).set(end - offset)
+        for t in new:
+            made.ingest_documents.inc(t.records)
+            made.ingest_chunks.inc(t.embedded)
+            made.ingest_embed_batch.observe(t.embedded)
+            steps = (
+                ("read", t.read_at - t.started_at),
+                ("plan", t.planned_at - t.read_at),
+                ("embed", t.embedded_at - t.planned_at),
+                ("commit", t.committed_at - t.embedded_at),
+            )
+            for step, seconds in steps:
+                made.ingest_step.labels(step).observe(max(0.0, seconds))
 
     async def _consume_forever(self) -> None:
         """Rebalance now and then; poll and process; a failed batch (log down) is retried from
@@ -130,6 +194,7 @@ class Ingest:
                     self._assigned_at = time.monotonic()
                 self._appended.clear()  # appends from now on wake the wait below
                 done = await self.worker_thread.run(self.worker.poll, READ_BATCH, 0.0)
+                self._record_batches()
                 self._idle = not done
                 if done:
                     committed, self._committed = self._committed, asyncio.Event()
@@ -142,14 +207,23 @@ class Ingest:
                 await asyncio.sleep(RETRY_S)
 
     def _append(self, records: list[tuple[int, bytes, bytes | None]]) -> list[int]:
+        made = instruments()
+        started = time.perf_counter()
         try:
-            return self.log.append(self.topics.docs, records)
+            offsets = self.log.append(self.topics.docs, records)
         except InvalidInput:
             raise
         except Exception as err:  # the log failed: nothing was acknowledged or stored
+            made.log_append_failures.labels("docs").inc()
             raise BackendUnavailable(
                 f"the log did not take the write (nothing was stored; retry later): {err}"
             ) from err
+        made.log_append.labels("docs").observe(time.perf_counter() - started)
+        for (p, _, _), offset in zip(records, offsets, strict=True):
+            if offset + 1 > self._docs_ends.get(p, 0):
+                self._docs_ends[p] = offset + 1
+                made.log_end.labels("docs", str(p)).set(offset + 1)
+        return offsets
 
     async def append(self, tenant_id: str, documents: list[Document]) -> list[dict[str, Any]]:
         """Validate, append to `docs`, return where each document landed once durable."""

@@ -15,6 +15,7 @@ from ray.serve.handle import DeploymentHandle
 
 from ragindex.app.serve.data_plane import open_log, replica_dir, replica_rank
 from ragindex.app.serve.hops import Served
+from ragindex.app.serve.observability import setup_replica
 from ragindex.app.serve.progress import ProgressReporter
 from ragindex.app.serve.query_side import open_bm25_view
 from ragindex.app.serve.topic_view import TopicView
@@ -38,6 +39,7 @@ class LexicalServer:
         namespace: str,
         embedder: DeploymentHandle,
     ) -> None:
+        setup_replica("lexical")
         self.spec = RagIndexSpec.model_validate(spec)
         self.topics = plane_topics(self.spec, name, namespace)
         self.directory = replica_dir(Path(data_dir), self.spec, LEXICAL, replica_rank())
@@ -59,6 +61,8 @@ class LexicalServer:
             ),
             "the BM25 index is still opening",
             lambda view: reporter.report(dict(enumerate(view.offsets))),
+            view="lexical",
+            offsets=lambda view: dict(enumerate(view.offsets)),
         )
 
     async def search(

@@ -13,6 +13,7 @@ from ray.serve.handle import DeploymentHandle
 
 from ragindex.app.serve import handle_failover, hops
 from ragindex.app.serve.hops import Served, to_ms
+from ragindex.app.serve.observability import setup_replica
 from ragindex.app.serve.threads import limit_threads
 from ragindex.config import RagIndexSpec
 from ragindex.models import load_embedder, load_reranker
@@ -26,6 +27,7 @@ class EmbedderPool:
     """A model pool; queries are batched across requests with @serve.batch."""
 
     def __init__(self, spec: dict[str, Any]) -> None:
+        setup_replica("embedder")
         limit_threads()
         self.embedder = load_embedder(RagIndexSpec.model_validate(spec).embedder)
 
@@ -54,6 +56,7 @@ class EmbedderPool:
 
 class RerankerPool:
     def __init__(self, spec: dict[str, Any]) -> None:
+        setup_replica("reranker")
         limit_threads()
         self.reranker = load_reranker(RagIndexSpec.model_validate(spec).reranker)
 

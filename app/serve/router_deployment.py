@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import time
 from pathlib import Path
@@ -20,6 +21,7 @@ from ragindex.app.index_opening import auth_dir
 from ragindex.app.serve.data_plane import open_log, replica_dir, replica_rank
 from ragindex.app.serve.generation_report import ReportCut, generation_report
 from ragindex.app.serve.hops import served
+from ragindex.app.serve.observability import setup_replica
 from ragindex.app.serve.pools import RemoteEmbedder
 from ragindex.app.serve.query_side import (
     ClusterQuerySide,
@@ -51,8 +53,11 @@ from ragindex.router import (
     page_documents,
 )
 from ragindex.serve_config import REPORT_TOKEN_ENV, ROUTER, Runtime
+from ragindex.telemetry import END_OFFSETS_EVERY_S, observe_generation, observe_view
 from ragindex.topics import plane_topics
 from ragindex.types import Chunk, Document
+
+log = logging.getLogger("ragindex.serve")
 
 SEARCH_THREADS = 4
 ANSWER_THREADS = 2
@@ -79,6 +84,7 @@ class Router:
         lexical: DeploymentHandle | None = None,
         reranker: DeploymentHandle | None = None,
     ) -> None:
+        setup_replica("router")
         self.spec = RagIndexSpec.model_validate(spec)
         self.data_dir = Path(data_dir)
         self.verifier = TokenVerifier(auth_dir(self.data_dir))
@@ -106,10 +112,37 @@ class Router:
                 query_embedder = RemoteEmbedder(embedder, identity, max_seq)
             self.side = ClusterQuerySide(self.spec, query_embedder, shards, lexical, reranker)
         await self.views.run(self.side.load_models)
+        self._ends_at = 0.0  # when the local views' end offsets were last asked (monotonic)
         self._refresher = asyncio.get_running_loop().create_task(
-            refresh_forever(self.views, self.side.refresh, "refresh failed")
+            refresh_forever(self.views, self._refresh, "refresh failed")
         )
         self._heap_trimmed = False
+
+    def _refresh(self) -> None:
+        """Catch the local views up (cluster: nothing to apply here), and record their offsets
+        and staleness: a refresh reads every view to the end of the log."""
+        started = time.time()
+        current = False
+        try:
+            self.side.refresh()
+            current = True
+        finally:  # a failed refresh is recorded too: the views' staleness grows
+            self._record_views(started if current else None)
+
+    def _record_views(self, current_at: float | None) -> None:
+        side = self.side
+        if not isinstance(side, LocalQuerySide) or side.log is None or side.engine is None:
+            return
+        try:
+            ends = None
+            if time.monotonic() - self._ends_at >= END_OFFSETS_EVERY_S:
+                topic = side.topics.chunks
+                ends = {p: side.log.end_offset(topic, p) for p in range(side.topics.shards)}
+                self._ends_at = time.monotonic()
+            for view, offsets in side.progress().items():
+                observe_view(view, dict(enumerate(offsets)), current_at=current_at, ends=ends)
+        except Exception as err:  # metrics never fail a refresh
+            log.warning("could not record the views' metrics: %s", err)
 
     def _load_query_embedder(self) -> Embedder:
         limit_threads()
@@ -251,6 +284,7 @@ class Router:
             self.side.behind,  # every view caught up (cluster: every running replica)
             self.report_cut,
         )
+        observe_generation(report.consumed, report.end, report.checks, bool(report.waiting_on))
         return report.to_json()
 
     def __del__(self) -> None:

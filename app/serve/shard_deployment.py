@@ -21,6 +21,7 @@ from ragindex.app.serve.data_plane import (
     tombstone_retention_s,
 )
 from ragindex.app.serve.hops import Served
+from ragindex.app.serve.observability import setup_replica
 from ragindex.app.serve.progress import ProgressReporter
 from ragindex.app.serve.threads import limit_threads
 from ragindex.app.serve.topic_view import TopicView
@@ -46,6 +47,7 @@ class ShardServer:
         shard: int,
         embedder: DeploymentHandle,
     ) -> None:
+        setup_replica("shard")
         limit_threads()
         self.spec = RagIndexSpec.model_validate(spec)
         self.topics = plane_topics(self.spec, name, namespace)
@@ -86,6 +88,8 @@ class ShardServer:
             ),
             f"shard {shard} is still opening",
             lambda replica: reporter.report({shard: replica.offset}),
+            view="dense",
+            offsets=lambda replica: {shard: replica.offset},
         )
 
     async def search(

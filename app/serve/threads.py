@@ -8,6 +8,7 @@ are not shared across threads, and one intra-op thread per replica is what 2 cor
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import ctypes
 import ctypes.util
 import logging
@@ -58,7 +59,10 @@ class ReplicaThread:
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=name)
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+        """`fn(*args)` on the worker thread, in a copy of the caller's context (its request
+        id and trace context, the search's hop log)."""
+        context = contextvars.copy_context()
+        return await asyncio.get_running_loop().run_in_executor(self._pool, context.run, fn, *args)
 
     def call(self, fn: Callable[[], T]) -> T:
         """Run on the worker thread from sync code (shutdown), blocking."""

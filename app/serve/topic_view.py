@@ -7,19 +7,27 @@ records, one thread task each, and the searches that arrive meanwhile run betwee
 instead of behind the whole backlog. Until the view first reaches the end of the log it
 refuses searches (`BackendUnavailable`: the Router tries another replica) rather than answer
 from a partial index.
+
+A view given a `view` name records its applied offsets, how stale it may be and (every
+END_OFFSETS_EVERY_S) its partitions' end offsets into the replica's metrics after each slice.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+import logging
+import time
+from collections.abc import Callable, Mapping
 from typing import Generic, Protocol, TypeVar
 
 from ragindex.app.serve.hops import Served, served
 from ragindex.app.serve.threads import ReplicaThread, refresh_forever
 from ragindex.errors import BackendUnavailable, InvalidInput
 from ragindex.protocols import Log
+from ragindex.telemetry import END_OFFSETS_EVERY_S, observe_view
+
+log = logging.getLogger("ragindex.serve")
 
 CATCH_UP_SLICE = 2000  # records applied per thread task: one FAISS add or tantivy commit's worth
 
@@ -45,12 +53,19 @@ class TopicView(Generic[V]):
         open_view: Callable[[], V],
         opening: str,
         caught_up: Callable[[V], object] = lambda view: None,
+        *,
+        view: str | None = None,
+        offsets: Callable[[V], Mapping[int, int]] | None = None,
     ) -> None:
+        """`view` and `offsets` (its applied offset per chunks partition): the metrics'
+        `view` label and where its offsets are read; without them it records none."""
         self.thread = ReplicaThread(thread_name)
         self.current: V | None = None
         self.caught_up_once = False  # reached the end of the log at least once since opening
         self._log, self._topic, self._open_view, self._opening = log, topic, open_view, opening
         self._caught_up = caught_up  # after every catch-up, before any search sees it
+        self._view, self._offsets = view, offsets
+        self._ends_at = 0.0  # when the end offsets were last asked (monotonic)
         self._refresher = asyncio.get_running_loop().create_task(
             refresh_forever(self.thread, self._refresh, f"catch-up failed ({topic})")
         )
@@ -63,11 +78,31 @@ class TopicView(Generic[V]):
             except InvalidInput:
                 return False  # Ingest has not created the topics yet
             self.current = self._open_view()
-        applied = self.current.catch_up(CATCH_UP_SLICE)
+        started = time.time()
+        try:
+            applied = self.current.catch_up(CATCH_UP_SLICE)
+        except BaseException:
+            self._observe(self.current, None)  # it did not keep up: its staleness grows
+            raise
         self._caught_up(self.current)
         if applied < CATCH_UP_SLICE:
             self.caught_up_once = True
+        self._observe(self.current, started if applied < CATCH_UP_SLICE else None)
         return applied >= CATCH_UP_SLICE
+
+    def _observe(self, current: V, current_at: float | None) -> None:
+        """The view's offsets and staleness into the metrics (never failing the refresh)."""
+        if self._view is None or self._offsets is None:
+            return
+        try:
+            offsets = self._offsets(current)
+            ends = None
+            if time.monotonic() - self._ends_at >= END_OFFSETS_EVERY_S:
+                ends = {p: self._log.end_offset(self._topic, p) for p in offsets}
+                self._ends_at = time.monotonic()
+            observe_view(self._view, offsets, current_at=current_at, ends=ends)
+        except Exception as err:
+            log.warning("could not record %s's metrics: %s", self._view, err)
 
     def get(self) -> V:
         if self.current is None:

@@ -22,6 +22,7 @@ FACES = {
     "ragindex.app": "app",
     "ragindex.measure.evals": "measure/evals",
     "ragindex.measure.servers": "measure/servers",
+    "ragindex.telemetry": "ragindex/telemetry",
 }
 HEAVY = ("ray", "torch", "faiss", "tantivy", "confluent_kafka", "elasticsearch", "fastapi", "kopf")
 

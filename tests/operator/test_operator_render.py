@@ -32,6 +32,12 @@ from ragindex.serve_config import (
     KAFKA_USERNAME_ENV,
     REPORT_TOKEN_ENV,
 )
+from ragindex.telemetry_names import (
+    LOG_FORMAT_ENV,
+    METRICS_PORT,
+    METRICS_PORT_ENV,
+    TRACING_EXPORTER,
+)
 from ragindex.topics import (
     MAX_MESSAGE_BYTES,
     MIN_OFFSETS_RETENTION_MINUTES,
@@ -383,6 +389,35 @@ def test_ray_pods_are_locked_down_and_ray_auth_is_on() -> None:
     ]
 
 
+def test_worker_pods_serve_their_metrics_on_a_named_port_and_log_json() -> None:
+    objects = render("idx", "ns", spec_of(embedder={"backend": "sentence-transformers", "gpus": 1}))
+    head, *workers = pods(objects)
+    assert len(workers) == 2  # cpu and gpu
+    for template in workers:
+        (container,) = template["spec"]["containers"]
+        assert container["ports"] == [
+            {"name": "index-metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}
+        ]
+    # the head runs no replica: no metrics port of ours (its own ports only)
+    (head_container,) = head["spec"]["containers"]
+    assert METRICS_PORT not in {p["containerPort"] for p in head_container["ports"]}
+    env = env_of(objects)
+    assert env[METRICS_PORT_ENV] == str(METRICS_PORT)
+    assert env[LOG_FORMAT_ENV] == "json"
+    assert "RAY_SERVE_TRACING_EXPORTER_IMPORT_PATH" not in env  # no endpoint: no tracing
+    traced = env_of(
+        render(
+            "idx",
+            "ns",
+            spec_of(),
+            options=RenderOptions(otlp_endpoint="http://otel.monitoring:4318"),
+        )
+    )
+    assert traced["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://otel.monitoring:4318"
+    assert traced["RAY_SERVE_TRACING_EXPORTER_IMPORT_PATH"] == TRACING_EXPORTER
+    assert traced["RAY_SERVE_TRACING_SAMPLING_RATIO"] == "0.01"
+
+
 def test_network_policy_admits_own_pods_kuberay_to_the_dashboard_and_clients_to_serve() -> None:
     spec = spec_of()
     gen = index_generation(spec)
@@ -391,7 +426,7 @@ def test_network_policy_admits_own_pods_kuberay_to_the_dashboard_and_clients_to_
     assert policy["metadata"]["name"] == f"idx-{gen}-ray"
     assert policy["spec"]["podSelector"] == {"matchLabels": own}
     assert policy["spec"]["policyTypes"] == ["Ingress"]
-    mine, kuberay, clients = policy["spec"]["ingress"]
+    mine, kuberay, clients, monitoring = policy["spec"]["ingress"]
     assert mine == {"from": [{"podSelector": {"matchLabels": own}}]}
     assert kuberay["ports"] == [{"protocol": "TCP", "port": 8265}]
     assert kuberay["from"] == [
@@ -401,6 +436,18 @@ def test_network_policy_admits_own_pods_kuberay_to_the_dashboard_and_clients_to_
         }
     ]
     assert clients == {"ports": [{"protocol": "TCP", "port": 8000}]}
+    # Prometheus in the monitoring namespace scrapes each pod's metrics port, and nothing else
+    assert monitoring == {
+        "from": [
+            {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+        ],
+        "ports": [{"protocol": "TCP", "port": METRICS_PORT}],
+    }
+    anywhere = one(
+        render("idx", "ns", spec, options=RenderOptions(monitoring_namespace=None)),
+        "NetworkPolicy",
+    )
+    assert anywhere["spec"]["ingress"][3]["from"] == [{"namespaceSelector": {}}]
     pinned = one(
         render("idx", "ns", spec, options=RenderOptions(kuberay_namespace="ray-system")),
         "NetworkPolicy",

@@ -8,6 +8,7 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from ragindex.config import LimitsSpec, RagIndexSpec
 from ragindex.router import TenantLimiter, TokenVerifier, create_app, create_token
@@ -91,6 +92,7 @@ async def test_429_with_retry_after_for_the_flooding_tenant_only(tmp_path: Path)
     )
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+        before = refusals((await client.get("/metrics")).text)
 
         def get(tenant: str) -> Any:
             return client.get("/v1/stats", headers={"Authorization": f"Bearer {tokens[tenant]}"})
@@ -113,3 +115,19 @@ async def test_429_with_retry_after_for_the_flooding_tenant_only(tmp_path: Path)
         assert over.status_code == 429 and over.headers["Retry-After"] == "1"
         now[0] += 1.0
         assert (await get("flood")).status_code == 200
+        # each 429 counted by the limit that refused it; no tenant in the metrics
+        metrics = (await client.get("/metrics")).text
+        after = refusals(metrics)
+        assert after["concurrency"] - before["concurrency"] == 1
+        assert after["rate"] - before["rate"] == 1
+        assert "flood" not in metrics and "calm" not in metrics
+
+
+def refusals(metrics: str) -> dict[str, float]:
+    """ragindex_admission_refused_total by reason."""
+    found = {"concurrency": 0.0, "rate": 0.0}
+    for family in text_string_to_metric_families(metrics):
+        for s in family.samples:
+            if s.name == "ragindex_admission_refused_total":
+                found[s.labels["reason"]] = s.value
+    return found

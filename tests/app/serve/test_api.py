@@ -372,6 +372,49 @@ def test_ops_endpoints(loaded: ServedApp, tokens: dict[str, str]) -> None:
     assert "ragindex_http_request_seconds_bucket" in metrics.text
 
 
+def test_metrics_show_every_process_of_the_embedded_runtime(
+    loaded: ServedApp, tokens: dict[str, str]
+) -> None:
+    """One /metrics for the Router, Ingest and the views: the stages of a search, what Ingest
+    consumed and appended (another process), the views' offsets and staleness."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with loaded.client(tokens["alpha"]) as client:
+        search(client, "lighthouse tower", mode="hybrid")
+    with loaded.client() as client:
+        metrics = client.get("/metrics")
+    assert metrics.status_code == 200
+    values: dict[tuple[str, frozenset[tuple[str, str]]], float] = {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(metrics.text)  # valid exposition
+        for s in family.samples
+    }
+
+    def value(name: str, **labels: str) -> float:
+        return values.get((name, frozenset(labels.items())), 0.0)
+
+    for stage in ("embed", "dense", "lexical", "fusion", "fetch"):
+        assert value("ragindex_query_stage_seconds_count", stage=stage) >= 1, stage
+    assert value("ragindex_search_hits_count", mode="hybrid") >= 1
+    # Ingest's process: the documents it consumed and the appends it made
+    assert value("ragindex_ingest_documents_total") >= len(DOCS) + 1
+    assert value("ragindex_ingest_chunks_embedded_total") >= len(DOCS) + 1
+    assert value("ragindex_log_append_seconds_count", topic="docs") >= 2
+    assert value("ragindex_processes", role="router") >= 1
+    assert value("ragindex_processes", role="ingest") == 1
+    assert value("ragindex_process_resident_memory_bytes", role="ingest") > 0
+    # the Router's views: every chunk applied, on both legs, none stale
+    for view in ("dense", "lexical"):
+        applied = sum(value("ragindex_view_applied_offset", view=view, partition=p) for p in "01")
+        assert applied >= len(DOCS) + 1, view
+    assert values.keys() >= {
+        ("ragindex_view_freshness_seconds", frozenset({("view", "dense"), ("partition", "0")})),
+        ("ragindex_ingest_consumer_lag_records", frozenset({("partition", "0")})),
+    }
+    # no tenant is ever a label
+    assert "alpha" not in metrics.text and "beta" not in metrics.text
+
+
 def test_writes_are_visible_within_the_freshness_bound(
     served: ServedApp, tokens: dict[str, str]
 ) -> None:

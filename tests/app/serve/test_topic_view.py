@@ -91,3 +91,61 @@ async def test_a_view_that_never_reached_the_end_refuses_searches(tmp_path: Path
     finally:
         view.close(lambda v: None)
         log.close()
+
+
+class FailingView(SlowCountingView):
+    """Fault injection: the log read fails while `failing` is set."""
+
+    failing = False
+
+    def catch_up(self, max_records: int | None = None) -> int:
+        if self.failing:
+            raise OSError("the log is unreachable")
+        return super().catch_up(max_records)
+
+
+def view_gauge(name: str, view: str) -> float | None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from ragindex.telemetry.metrics import exposition
+
+    for family in text_string_to_metric_families(exposition().decode()):
+        for s in family.samples:
+            if s.name == name and s.labels == {"view": view, "partition": "0"}:
+                return s.value
+    return None
+
+
+@pytest.mark.anyio
+async def test_a_named_view_records_its_offsets_and_a_growing_staleness_when_it_fails(
+    tmp_path: Path,
+) -> None:
+    log = FileLog(tmp_path)
+    log.ensure_topic(TOPIC, 1, compacted=False)
+    fill(log, 10)
+    made: list[FailingView] = []
+    view = TopicView(
+        "t",
+        log,
+        TOPIC,
+        lambda: made.append(FailingView(log)) or made[-1],
+        "opening",
+        view="metrics-test",
+        offsets=lambda v: {0: v.offset},
+    )
+    try:
+        await eventually(lambda: view_gauge("ragindex_view_applied_offset", "metrics-test") == 10)
+        assert view_gauge("ragindex_view_end_offset", "metrics-test") == 10
+        made[0].failing = True
+        fill(log, 5)
+        first = view_gauge("ragindex_view_freshness_seconds", "metrics-test")
+        await eventually(
+            lambda: (
+                (view_gauge("ragindex_view_freshness_seconds", "metrics-test") or 0) > (first or 0)
+            )
+        )
+        assert view_gauge("ragindex_view_applied_offset", "metrics-test") == 10
+        made[0].failing = False  # the log is back: current again, staleness back down
+        await eventually(lambda: view_gauge("ragindex_view_applied_offset", "metrics-test") == 15)
+    finally:
+        view.close(lambda v: None)
