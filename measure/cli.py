@@ -21,7 +21,11 @@ def add_commands(sub: argparse._SubParsersAction[Any]) -> None:
         "eval", help="[maintainer] retrieval (or answer) quality on a judged collection"
     )
     common(p, tenant=False)
-    p.add_argument("--collection", default="cranfield", help="'cranfield' or a BEIR folder")
+    p.add_argument(
+        "--collection",
+        default="cranfield",
+        help="'cranfield', a bundled collection (gnu-manuals, nodejs-api) or a BEIR folder",
+    )
     p.add_argument(
         "--json", type=Path, metavar="FILE", help="write the report as JSON (-: standard output)"
     )

@@ -21,6 +21,7 @@ from ragindex.app import EmbeddedIndex, cranfield_dir, load_spec
 from ragindex.config import RagIndexSpec
 from ragindex.errors import InvalidInput
 from ragindex.hashing import content_hash
+from ragindex.measure.evals.bundled import bundled_dir
 from ragindex.measure.evals.collections import Collection, cranfield_to_beir, load_collection
 from ragindex.measure.evals.golden import add_judged_query
 from ragindex.measure.evals.runner import EvalReport, evaluate, ingest_collection
@@ -39,8 +40,19 @@ def cache_dir() -> Path:
     return Path(os.environ.get("RAGINDEX_CACHE", Path.home() / ".cache/ragindex"))
 
 
+def collection_dir(name: str) -> Path:
+    """Where `--collection NAME` reads from: 'cranfield' (the shared data folder), a bundled
+    collection's name (evals.bundled), or any folder path (an existing path wins over a bundled
+    name it shadows)."""
+    if name == "cranfield":
+        return cranfield_dir()
+    path = Path(name)
+    bundled = None if path.exists() else bundled_dir(name)
+    return bundled or path
+
+
 def resolve_collection(name: str) -> Collection:
-    return load_collection(cranfield_dir() if name == "cranfield" else Path(name))
+    return load_collection(collection_dir(name))
 
 
 # The code that decides what an index holds: a change to any of these makes a cached index
