@@ -20,7 +20,7 @@ import gzip
 import re
 from pathlib import Path
 
-from ragindex.measure.evals.collections import CorpusDoc, corpus_line, write_lines_atomic
+from ragindex.measure.evals.collections import CorpusDoc, write_corpus
 
 MANUALS = ("coreutils", "diffutils", "find", "grep", "sed", "gzip", "wget")
 """Info file stems (find.info is split into find.info-1.gz and find.info-2.gz)."""
@@ -72,14 +72,7 @@ def manual_docs(info_dir: Path, stem: str) -> list[CorpusDoc]:
 
 
 def build(info_dir: Path, out: Path) -> int:
-    docs: dict[str, CorpusDoc] = {}
-    for stem in MANUALS:
-        for doc in manual_docs(info_dir, stem):
-            if doc.doc_id in docs:
-                raise SystemExit(f"duplicate document id {doc.doc_id}")
-            docs[doc.doc_id] = doc
-    write_lines_atomic(out / "corpus.jsonl", [corpus_line(d) for d in docs.values()])
-    return len(docs)
+    return write_corpus((doc for stem in MANUALS for doc in manual_docs(info_dir, stem)), out)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,7 +21,7 @@ import argparse
 import re
 from pathlib import Path
 
-from ragindex.measure.evals.collections import CorpusDoc, corpus_line, write_lines_atomic
+from ragindex.measure.evals.collections import CorpusDoc, write_corpus
 
 PAGES = (
     "buffer",
@@ -81,14 +81,7 @@ def page_docs(api_dir: Path, page: str) -> list[CorpusDoc]:
 
 
 def build(api_dir: Path, out: Path) -> int:
-    docs: dict[str, CorpusDoc] = {}
-    for page in PAGES:
-        for doc in page_docs(api_dir, page):
-            if doc.doc_id in docs:
-                raise SystemExit(f"duplicate document id {doc.doc_id}")
-            docs[doc.doc_id] = doc
-    write_lines_atomic(out / "corpus.jsonl", [corpus_line(d) for d in docs.values()])
-    return len(docs)
+    return write_corpus((doc for page in PAGES for doc in page_docs(api_dir, page)), out)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -310,6 +310,18 @@ def write_lines_atomic(path: Path, lines: list[str]) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     os.replace(tmp, path)
+
+
+def write_corpus(docs: Iterable[CorpusDoc], root: Path) -> int:
+    """Write `root/corpus.jsonl` atomically; a document id seen twice is refused. Returns how
+    many documents were written."""
+    unique: dict[str, CorpusDoc] = {}
+    for doc in docs:
+        if doc.doc_id in unique:
+            raise CollectionError(f"duplicate document id {doc.doc_id}")
+        unique[doc.doc_id] = doc
+    write_lines_atomic(root / "corpus.jsonl", [corpus_line(d) for d in unique.values()])
+    return len(unique)
 
 
 def corpus_line(doc: CorpusDoc) -> str:
