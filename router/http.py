@@ -174,7 +174,7 @@ def create_app(
     name (and its OpenAPI document's cursor pattern; None: any generation's cursor decodes, for
     the reference docs and tests)."""
     limiter = TenantLimiter(limits or LimitsSpec())
-    metrics_ = instruments()
+    instrumented = instruments()
     app = FastAPI(
         title="ragindex",
         version="1",
@@ -237,7 +237,7 @@ def create_app(
             ) from None
         admission = limiter.admit(found.tenant, clock())
         if not admission.admitted:
-            metrics_.admission_refused.labels(admission.kind).inc()
+            instrumented.admission_refused.labels(admission.kind).inc()
             raise HTTPException(
                 status_code=429,
                 detail=admission.reason,
@@ -487,8 +487,8 @@ def create_app(
         access = reads(body, grant)
         started = time.perf_counter()
         answered = await backend.answer(grant.tenant, body.question, body.k, access)
-        metrics_.query_stage.labels("answer").observe(time.perf_counter() - started)
-        metrics_.answers.labels("refused" if answered.refused else "answered").inc()
+        instrumented.query_stage.labels("answer").observe(time.perf_counter() - started)
+        instrumented.answers.labels("refused" if answered.refused else "answered").inc()
         return AnswerResponse.from_answer(answered)
 
     @app.get(

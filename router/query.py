@@ -229,10 +229,7 @@ class QueryEngine:
             if paging:
                 pool = [f for f in pool if f.chunk_id not in paged][:pool_size]
         with _timed(timings, "fetch"):
-            found = {f.chunk_id: carried[f.chunk_id] for f in pool if f.chunk_id in carried}
-            missing = [f.chunk_id for f in pool if f.chunk_id not in found]
-            if missing:
-                found.update(self.chunks.get_chunks(tenant_id, missing))
+            found = self._chunks(tenant_id, [f.chunk_id for f in pool], carried)
         # A chunk deleted, or re-written with another ACL or metadata, between the leg search
         # and the fetch is simply not returned; one that came with a leg's hit is as that
         # leg's replica held it when it searched, and is checked against `access` again here.
@@ -279,6 +276,17 @@ class QueryEngine:
                 )
         return dense_hits
 
+    def _chunks(
+        self, tenant_id: str, chunk_ids: Sequence[str], carried: dict[str, Chunk]
+    ) -> dict[str, Chunk]:
+        """The chunks of `chunk_ids` that the legs carried, and the rest fetched from the
+        shards (one call, and none when the legs carried them all)."""
+        found = {cid: carried[cid] for cid in chunk_ids if cid in carried}
+        missing = [cid for cid in chunk_ids if cid not in found]
+        if missing:
+            found.update(self.chunks.get_chunks(tenant_id, missing))
+        return found
+
     def _lexical_leg(
         self, query: str, candidates: int, tenant_id: str, expr: TermExpr | None, carry: int
     ) -> _LexicalOutcome:
@@ -305,8 +313,7 @@ class QueryEngine:
         The hits' vectors are re-embedded from their stored text (the DenseIndex protocol
         returns ids, not vectors), as ingest embedded them: this costs one passage batch."""
         top = [h.chunk_id for h in hits[: self.rocchio.docs]]
-        found = chunks_of(hits)
-        found.update(self.chunks.get_chunks(tenant_id, [c for c in top if c not in found]))
+        found = self._chunks(tenant_id, top, chunks_of(hits))
         texts = [passage_text(found[cid]) for cid in top if cid in found]
         if not texts:
             return hits
