@@ -3,8 +3,8 @@ application (`ragindex.app.serve`) and the docs site's generated pages.
 
 - `EmbeddedIndex`: ingest and search in one process, through the file log;
 - `Reindex`: a new generation built beside the serving one;
-- `load_spec`, `open_lexical`, `default_data_dir`, `auth_dir`, `elasticsearch_auth`: what opening
-  an index reads (`index_opening`);
+- `load_spec`, `open_lexical`, `default_data_dir`, `auth_dir`, `elasticsearch_connection`:
+  what opening an index reads (`index_opening`);
 - `answer_service`: the AnswerService a spec describes (`answer_from_spec`);
 - `cranfield_dir`: the shared Cranfield data; `runtime_memory`: what the local runtime holds;
 - `APP_NAME`, `deploy_app`, `start_local`, `stop_local`: the Serve app on a local Ray
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from ragindex.app.index_opening import (
         auth_dir,
         default_data_dir,
-        elasticsearch_auth,
+        elasticsearch_connection,
         load_spec,
         open_lexical,
     )
@@ -39,7 +39,7 @@ __all__ = [
     "cranfield_dir",
     "default_data_dir",
     "deploy_app",
-    "elasticsearch_auth",
+    "elasticsearch_connection",
     "load_spec",
     "open_lexical",
     "runtime_memory",
@@ -56,7 +56,7 @@ if not TYPE_CHECKING:
             "index_opening": [
                 "auth_dir",
                 "default_data_dir",
-                "elasticsearch_auth",
+                "elasticsearch_connection",
                 "load_spec",
                 "open_lexical",
             ],

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from ragindex.config import RagIndexSpec, parse_spec
+from ragindex.config import ElasticsearchConnection, RagIndexSpec, parse_spec
 from ragindex.errors import InvalidInput
 from ragindex.generations import index_generation, lexical_alias
 from ragindex.lexical import (
@@ -28,7 +28,7 @@ from ragindex.lexical import (
     make_client,
 )
 from ragindex.protocols import LexicalIndex
-from ragindex.serve_config import AUTH_DIR_ENV, ES_PASSWORD_ENV, ES_USERNAME_ENV
+from ragindex.serve_config import AUTH_DIR_ENV
 from ragindex.types import ModelIdentity
 
 
@@ -56,10 +56,10 @@ def load_spec(path: Path | None) -> RagIndexSpec:
     return parse_spec(data, f"spec {path}")
 
 
-def elasticsearch_auth() -> tuple[str, str] | None:
-    """Basic-auth credentials from the environment (the operator injects ECK's secret there)."""
-    user, password = os.environ.get(ES_USERNAME_ENV), os.environ.get(ES_PASSWORD_ENV)
-    return (user, password) if user and password else None
+def elasticsearch_connection() -> ElasticsearchConnection:
+    """Credentials and CA for Elasticsearch from the environment (`RAGINDEX_ES_*`: the operator
+    injects them, secrets as mounted files); InvalidInput naming a bad or inconsistent one."""
+    return ElasticsearchConnection.from_env(os.environ)
 
 
 LEXICAL_PER_TENANT_DIR = "lexical-per-tenant"
@@ -97,7 +97,9 @@ def open_lexical(
         )
     return ElasticsearchIndex.open(
         make_client(
-            spec.lexical.elasticsearch_url, spec.lexical.request_timeout_s, elasticsearch_auth()
+            spec.lexical.elasticsearch_url,
+            spec.lexical.request_timeout_s,
+            elasticsearch_connection(),
         ),
         alias=lexical_alias(spec, namespace, name),
         generation=index_generation(spec),

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ragindex.app.generation_record import read_record, write_record
-from ragindex.app.index_opening import elasticsearch_auth
+from ragindex.app.index_opening import elasticsearch_connection
 from ragindex.app.serve.data_plane import (
     DEFAULT_NAMESPACE,
     ensure_topics,
@@ -201,7 +201,7 @@ def _elasticsearch(spec: RagIndexSpec) -> Iterator[ElasticsearchIndex | None]:
         yield None
         return
     client = make_client(
-        spec.lexical.elasticsearch_url, spec.lexical.request_timeout_s, elasticsearch_auth()
+        spec.lexical.elasticsearch_url, spec.lexical.request_timeout_s, elasticsearch_connection()
     )
     index = ElasticsearchIndex(client, lexical_alias(spec, DEFAULT_NAMESPACE, APP_NAME))
     try:

@@ -37,11 +37,12 @@ from functools import partial
 from typing import Any
 
 from elastic_transport import ConnectionError as TransportConnectionError
-from elastic_transport import ConnectionTimeout, TransportError
+from elastic_transport import ConnectionTimeout, TlsError, TransportError
+from elastic_transport.client_utils import DEFAULT
 from elasticsearch import ApiError, Elasticsearch, NotFoundError
 
-from ragindex.config import Rm3Spec
-from ragindex.errors import BackendUnavailable, InvalidInput, RagIndexError
+from ragindex.config import ElasticsearchConnection, Rm3Spec
+from ragindex.errors import BackendAccessDenied, BackendUnavailable, InvalidInput, RagIndexError
 from ragindex.filters import AllExpr, AnyTerm, TermExpr
 from ragindex.generations import alias_switch, lexical_index_name
 from ragindex.lexical.documents import (
@@ -79,13 +80,24 @@ class BulkWriteError(RagIndexError):
 
 
 def make_client(
-    url: str, timeout_s: float = 2.0, basic_auth: tuple[str, str] | None = None
+    url: str, timeout_s: float = 2.0, connection: ElasticsearchConnection | None = None
 ) -> Elasticsearch:
-    """A client for one Elasticsearch URL: bounded timeout, no retries, optional basic auth
-    (a managed ECK cluster has security on; the test server has it off)."""
+    """A client for one Elasticsearch URL: bounded timeout, no retries, and the credentials and
+    CA of `connection` (a managed ECK cluster has TLS and security on; the default test server
+    has both off). Secrets files are read here; a setting that cannot work with `url` (a CA
+    for plain http) is InvalidInput naming it."""
+    conn = connection or ElasticsearchConnection()
+    ca_file = conn.checked_ca_file()
+    if ca_file is not None and not url.startswith("https://"):
+        raise InvalidInput(f"ca_file ({conn.env_name('ca_file')}) is set but {url} is not https")
+    password, api_key = conn.secret("password"), conn.secret("api_key")
     return Elasticsearch(
         url,
-        basic_auth=basic_auth,
+        basic_auth=(conn.username, password) if conn.username and password else None,
+        api_key=api_key,
+        ca_certs=DEFAULT if ca_file is None else ca_file,  # DEFAULT: the system's CAs
+        verify_certs=conn.verify_certs,
+        ssl_show_warn=conn.verify_certs,
         request_timeout=timeout_s,
         max_retries=0,
         retry_on_timeout=False,
@@ -228,6 +240,11 @@ class ElasticsearchIndex:
         """Run one request; a down, silent or failing server becomes BackendUnavailable."""
         try:
             return fn(self._es(timeout_s), **kwargs)
+        except TlsError as exc:
+            raise BackendUnavailable(
+                f"Elasticsearch TLS handshake failed during {what} (is its CA the one in"
+                f" {ElasticsearchConnection.env_name('ca_file')}?): {exc.message}"
+            ) from exc
         except (TransportConnectionError, ConnectionTimeout) as exc:
             raise BackendUnavailable(
                 f"Elasticsearch did not answer {what} within {timeout_s:g}s: {exc}"
@@ -235,6 +252,12 @@ class ElasticsearchIndex:
         except TransportError as exc:
             raise BackendUnavailable(f"Elasticsearch transport error during {what}: {exc}") from exc
         except ApiError as exc:
+            if exc.status_code in (401, 403):
+                raise BackendAccessDenied(
+                    f"Elasticsearch refused {what} (HTTP {exc.status_code}, "
+                    f"{'wrong credentials' if exc.status_code == 401 else 'not permitted'}):"
+                    f" {exc}"
+                ) from exc
             if exc.status_code >= 500 or exc.status_code == 429:
                 raise BackendUnavailable(
                     f"Elasticsearch failed {what} with HTTP {exc.status_code}: {exc}"

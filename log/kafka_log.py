@@ -53,7 +53,8 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from ragindex.errors import BackendUnavailable, InvalidInput, TooLarge
+from ragindex.config import KafkaConnection
+from ragindex.errors import BackendAccessDenied, BackendUnavailable, InvalidInput, TooLarge
 from ragindex.log.kafka_admin import (
     create_topic,
     delete_topic,
@@ -74,6 +75,7 @@ from ragindex.log.kafka_calls import (
     error_of,
     transactional_id,
 )
+from ragindex.log.kafka_connection import AUTHENTICATION_ERRORS, TLS_ERRORS, client_config
 from ragindex.log.kafka_reader import PartitionReader
 from ragindex.log.validation import check_consumed, check_records, check_topic_name
 from ragindex.protocols import WriterFenced
@@ -84,46 +86,34 @@ log = logging.getLogger("ragindex.log")
 
 
 class KafkaLog:
-    """A `Log` on Kafka brokers (`bootstrap_servers`, optionally SASL credentials)."""
+    """A `Log` on Kafka brokers (`bootstrap_servers`; TLS and SASL as `connection` says)."""
 
     def __init__(
         self,
         bootstrap_servers: str,
         *,
-        username: str | None = None,
-        password: str | None = None,
-        sasl_mechanism: str = "SCRAM-SHA-512",
-        security_protocol: str | None = None,
+        connection: KafkaConnection | None = None,
         timeout_s: float = 10.0,
         replication_factor: int = -1,
         topic_config: Mapping[str, str] | None = None,
         client_id: str = "ragindex",
     ) -> None:
-        if not bootstrap_servers:
-            raise InvalidInput("KafkaLog needs bootstrap servers (host:port[,host:port...])")
-        if (username is None) != (password is None):
-            raise InvalidInput("give both a Kafka username and a password, or neither")
         self.timeout_s = timeout_s
-        self._last_error: str | None = None
+        self._last_error: KafkaError | None = None
         self.replication_factor = replication_factor
         self.topic_config = dict(topic_config or {})
         timeout_ms = int(timeout_s * 1000)
-        self._common: dict[str, Any] = {
-            "bootstrap.servers": bootstrap_servers,
-            "client.id": client_id,
-            "socket.timeout.ms": timeout_ms,
-            "log_level": 0,  # connection failures surface as errors, not stderr noise
-            "error_cb": self._remember_error,
-        }
-        if username is not None:
-            self._common |= {
-                "security.protocol": security_protocol or "SASL_SSL",
-                "sasl.mechanism": sasl_mechanism,
-                "sasl.username": username,
-                "sasl.password": password,
-            }
-        elif security_protocol:
-            self._common["security.protocol"] = security_protocol
+        # What every client of this log starts from (secrets included: never log it).
+        self._common = client_config(
+            bootstrap_servers,
+            connection,
+            {
+                "client.id": client_id,
+                "socket.timeout.ms": timeout_ms,
+                "log_level": 0,  # connection failures surface as errors, not stderr noise
+                "error_cb": self._remember_error,
+            },
+        )
         self._admin = AdminClient(dict(self._common))
         self._mutex = threading.Lock()  # guards the client maps, held only briefly
         # One transaction at a time per transactional id (its producer); writes of different
@@ -143,12 +133,20 @@ class KafkaLog:
     def _remember_error(self, error: KafkaError) -> None:
         """Client-level errors (e.g. failed SASL authentication) arrive here, not as the
         exception of the call that then times out: keep the last one for the message."""
-        self._last_error = error.str()
+        self._last_error = error
 
     def _unavailable(self, what: str, e: BaseException) -> BackendUnavailable:
+        """The error for a failed call: BackendAccessDenied when the brokers refused the login
+        (retrying cannot help), naming the settings to check on a login or TLS failure."""
         self._admin.poll(0)  # serve the admin client's queued error callbacks
-        cause = f" (the client reported: {self._last_error})" if self._last_error else ""
-        return BackendUnavailable(
+        reported, hint, kind = self._last_error, "", BackendUnavailable
+        if reported is not None and reported.code() in AUTHENTICATION_ERRORS:
+            kind = BackendAccessDenied
+            hint = f"; check {KafkaConnection.ENV_PREFIX}USERNAME and PASSWORD[_FILE]"
+        elif reported is not None and reported.code() in TLS_ERRORS:
+            hint = f"; is the brokers' CA the one in {KafkaConnection.env_name('ca_file')}?"
+        cause = f" (the client reported: {reported.str()}{hint})" if reported is not None else ""
+        return kind(
             f"Kafka ({self._common['bootstrap.servers']}) could not {what} "
             f"within {self.timeout_s:.0f}s: {e}{cause}"
         )

@@ -31,6 +31,11 @@ class BackendUnavailable(RagIndexError):
     """A backing server (e.g. Elasticsearch) is down or did not answer within the timeout."""
 
 
+class BackendAccessDenied(BackendUnavailable):
+    """A backing server answered but refused our credentials or our permissions: a setting
+    to fix (the connection settings name them), not an outage to wait out."""
+
+
 class OffsetOutOfRange(RagIndexError):
     """The requested log offset was compacted or truncated away: restart from a snapshot."""
 

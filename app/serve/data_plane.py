@@ -19,10 +19,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ragindex.config import RagIndexSpec
+from ragindex.config import KafkaConnection, RagIndexSpec
 from ragindex.generations import index_generation
 from ragindex.protocols import Log
-from ragindex.serve_config import KAFKA_BOOTSTRAP_ENV, KAFKA_PASSWORD_ENV, KAFKA_USERNAME_ENV
+from ragindex.serve_config import KAFKA_BOOTSTRAP_ENV
 from ragindex.topics import DataPlaneTopics
 
 DEFAULT_NAMESPACE = "default"
@@ -36,8 +36,7 @@ def open_log(data_dir: Path) -> Log:
     if bootstrap:
         from ragindex.log import KafkaLog
 
-        user, password = os.environ.get(KAFKA_USERNAME_ENV), os.environ.get(KAFKA_PASSWORD_ENV)
-        return KafkaLog(bootstrap, username=user, password=password)
+        return KafkaLog(bootstrap, connection=KafkaConnection.from_env(os.environ))
     from ragindex.log import FileLog
 
     return FileLog(data_dir / "log")

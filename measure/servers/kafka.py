@@ -3,7 +3,10 @@
 The jars come from Maven Central through `scripts/fetch_kafka.sh` (cached). A run directory gets
 a `server.properties` with the broker and controller roles on free loopback ports, every
 replication factor and min.isr at 1 (one broker) and no initial rebalance delay; the storage is
-formatted with a random cluster id (`--standalone`). `stop_broker()` / `start_broker()` stop the
+formatted with a random cluster id (`--standalone`). Besides PLAINTEXT, a SASL_PLAINTEXT
+listener takes the SCRAM-SHA-512 user made at format time, and with `tls` (a test's own
+CertificateAuthority) a SASL_SSL listener takes it too, over a certificate that CA issued for
+the loopback names (a PEM keystore). `stop_broker()` / `start_broker()` stop the
 broker and start it again on the same ports and data (a broker outage in a test); `stop()`
 ends it and removes its files.
 """
@@ -25,6 +28,8 @@ from pathlib import Path
 from confluent_kafka.admin import AdminClient
 
 from ragindex.errors import BackendUnavailable
+from ragindex.log import client_config
+from ragindex.measure.servers.certs import CertificateAuthority
 from ragindex.netutil import free_port, port_open
 from ragindex.topics import OFFSETS_RETENTION_MINUTES
 
@@ -68,6 +73,18 @@ def find_java() -> str:
     raise BackendUnavailable(f"no JDK 17+ found; set JAVA_HOME (looked in {homes})")
 
 
+def _tls_listener(port: int, keystore: Path, host: str) -> dict[str, str]:
+    """The settings of a SASL_SSL listener with a PEM keystore (key, then certificate)."""
+    return {
+        "listeners": f"SASL_SSL://{host}:{port}",
+        "listener.name.sasl_ssl.ssl.keystore.type": "PEM",
+        "listener.name.sasl_ssl.ssl.keystore.location": str(keystore),
+        "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": (
+            "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+        ),
+    }
+
+
 def _properties(
     host: str,
     port: int,
@@ -75,6 +92,7 @@ def _properties(
     controller_port: int,
     data: Path,
     extra: Mapping[str, str] | None = None,
+    tls_listener: Mapping[str, str] | None = None,
 ) -> str:
     settings = {
         "process.roles": "broker,controller",
@@ -115,6 +133,11 @@ def _properties(
         "offsets.retention.minutes": str(OFFSETS_RETENTION_MINUTES),
         **(extra or {}),
     }
+    if tls_listener:
+        for key in ("listeners", "advertised.listeners"):
+            settings[key] += f",{tls_listener['listeners']}"
+        settings["listener.security.protocol.map"] += ",SASL_SSL:SASL_SSL"
+        settings |= {k: v for k, v in tls_listener.items() if k != "listeners"}
     return "".join(f"{k}={v}\n" for k, v in settings.items())
 
 
@@ -131,6 +154,8 @@ class KafkaServer:
     lib: Path
     heap_mb: int
     host: str = "127.0.0.1"
+    tls_port: int | None = None  # the SASL_SSL listener, with `tls`
+    ca_file: Path | None = None  # the CA that signed its certificate
     process: subprocess.Popen[bytes] | None = None
     _removed: bool = field(default=False, repr=False)
 
@@ -142,6 +167,13 @@ class KafkaServer:
     def sasl_bootstrap(self) -> str:
         """The listener that needs SCRAM-SHA-512 credentials (SASL_USERNAME, sasl_password)."""
         return f"{self.host}:{self.sasl_port}"
+
+    @property
+    def sasl_ssl_bootstrap(self) -> str:
+        """The SASL_SSL listener (same credentials as `sasl_bootstrap`); only with `tls`."""
+        if self.tls_port is None:
+            raise ValueError("this Kafka was started without tls: it has no SASL_SSL listener")
+        return f"{self.host}:{self.tls_port}"
 
     @property
     def log_path(self) -> Path:
@@ -182,7 +214,7 @@ class KafkaServer:
             )
         deadline = time.monotonic() + timeout_s
         admin = AdminClient(
-            {"bootstrap.servers": self.bootstrap, "socket.timeout.ms": 2000, "log_level": 0}
+            client_config(self.bootstrap, settings={"socket.timeout.ms": 2000, "log_level": 0})
         )
         while time.monotonic() < deadline:
             if not self.is_running():
@@ -223,10 +255,12 @@ def start_kafka(
     startup_timeout_s: float = 120.0,
     host: str = "127.0.0.1",
     properties: Mapping[str, str] | None = None,
+    tls: CertificateAuthority | None = None,
 ) -> KafkaServer:
     """Format a fresh KRaft storage on free ports of `host` (loopback unless a test made another
     address, e.g. a node's, for pods to reach), start the broker, wait for it. `properties`
-    override broker settings (e.g. a short `offsets.retention.minutes`)."""
+    override broker settings (e.g. a short `offsets.retention.minutes`); `tls` adds the
+    SASL_SSL listener (module docstring)."""
     home = ensure_installed()
     run_dir = Path(tempfile.mkdtemp(prefix="ragindex-kafka-"))
     server = KafkaServer(
@@ -241,6 +275,13 @@ def start_kafka(
         host,
     )
     try:
+        tls_listener = None
+        if tls is not None:
+            issued = tls.issue("kafka", (host, "localhost") if host != "localhost" else (host,))
+            keystore = run_dir / "keystore.pem"
+            keystore.write_bytes(issued.key_and_chain_pem())
+            server.tls_port, server.ca_file = free_port(host), issued.ca_file
+            tls_listener = _tls_listener(server.tls_port, keystore, host)
         props = run_dir / "server.properties"
         props.write_text(
             _properties(
@@ -250,6 +291,7 @@ def start_kafka(
                 server.controller_port,
                 run_dir / "data",
                 properties,
+                tls_listener,
             )
         )
         cluster_id = subprocess.run(

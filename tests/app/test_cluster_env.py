@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from ragindex.app import auth_dir, elasticsearch_auth
+from ragindex.app import auth_dir, elasticsearch_connection
+from ragindex.errors import InvalidInput
 from ragindex.router import TokenVerifier, create_token
 from ragindex.serve_config import AUTH_DIR_ENV
 
@@ -30,6 +31,9 @@ def test_elasticsearch_credentials_need_both_user_and_password(
 ) -> None:
     monkeypatch.delenv("RAGINDEX_ES_PASSWORD", raising=False)
     monkeypatch.setenv("RAGINDEX_ES_USERNAME", "elastic")
-    assert elasticsearch_auth() is None
+    with pytest.raises(InvalidInput, match=r"RAGINDEX_ES_.*needs both username and password"):
+        elasticsearch_connection()
     monkeypatch.setenv("RAGINDEX_ES_PASSWORD", "s3cret")
-    assert elasticsearch_auth() == ("elastic", "s3cret")
+    connection = elasticsearch_connection()
+    assert (connection.username, connection.secret("password")) == ("elastic", "s3cret")
+    assert "s3cret" not in repr(connection)

@@ -9,8 +9,10 @@ from contextlib import AbstractContextManager
 from unittest import mock
 
 import pytest
+from pydantic import SecretStr
 
-from ragindex.errors import BackendUnavailable
+from ragindex.config import KafkaConnection
+from ragindex.errors import BackendAccessDenied, BackendUnavailable
 from ragindex.log import KafkaLog
 from ragindex.measure.servers import KafkaServer
 from ragindex.measure.servers.kafka import SASL_USERNAME
@@ -294,12 +296,14 @@ def test_an_open_transaction_is_invisible_to_readers(kafka_server: KafkaServer) 
 def test_credentials_reach_a_scram_listener_and_wrong_ones_are_refused(
     kafka_server: KafkaServer,
 ) -> None:
-    """The operator's external mode: SASL username and password from the constructor."""
+    """The operator's external mode: SASL username and password from the connection."""
     secure = KafkaLog(
         kafka_server.sasl_bootstrap,
-        username=SASL_USERNAME,
-        password=kafka_server.sasl_password,
-        security_protocol="SASL_PLAINTEXT",
+        connection=KafkaConnection(
+            security_protocol="SASL_PLAINTEXT",
+            username=SASL_USERNAME,
+            password=SecretStr(kafka_server.sasl_password),
+        ),
         timeout_s=5.0,
     )
     secure.ensure_topic("sasl.t", 1, compacted=True)
@@ -308,12 +312,14 @@ def test_credentials_reach_a_scram_listener_and_wrong_ones_are_refused(
     secure.close()
     wrong = KafkaLog(
         kafka_server.sasl_bootstrap,
-        username=SASL_USERNAME,
-        password="not-the-password",
-        security_protocol="SASL_PLAINTEXT",
+        connection=KafkaConnection(
+            security_protocol="SASL_PLAINTEXT",
+            username=SASL_USERNAME,
+            password=SecretStr("not-the-password"),
+        ),
         timeout_s=3.0,
     )
-    with pytest.raises(BackendUnavailable, match=r"(?i)authentication"):
+    with pytest.raises(BackendAccessDenied, match=r"(?i)authentication"):
         wrong.partitions("sasl.t")
     wrong.close()
 
