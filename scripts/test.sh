@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The whole test run, from a fresh machine: install, fetch/build the real servers the tests start
 # (Elasticsearch, Kafka, Debian's Chromium and chromedriver for the search page's browser test;
-# kube-apiserver + etcd + controller-manager, helm, kubectl, and for the pods e2e a node's
-# kubelet, scheduler, kube-proxy, CoreDNS, KubeRay and our images), static checks, pytest, the
-# product on real pods (helm install, kubectl apply, generations under load, autoscaling), then
+# Prometheus and promtool; kube-apiserver + etcd + controller-manager, helm, kubectl, and for
+# the pods e2e a node's kubelet, scheduler, kube-proxy, CoreDNS, KubeRay and our images), static
+# checks, pytest, the product on real pods (helm install, kubectl apply, generations under load, autoscaling), then
 # the benchmarks' goals on small inputs (scripts/bench_check.sh) and the release gate (Cranfield
 # quality and latency ratios against measure/gate/baseline.json). Needs root (apt, containerd,
 # kubelet). Everything slow is cached under ${RAGINDEX_CACHE:-~/.cache/ragindex}.
@@ -17,6 +17,7 @@ scripts/setup.sh
 scripts/setup_browser.sh
 scripts/fetch_elasticsearch.sh
 scripts/fetch_kafka.sh
+scripts/build_prometheus.sh
 scripts/setup_pods.sh
 scripts/lint.sh
 .venv/bin/pytest --durations=25 "$@"

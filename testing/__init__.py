@@ -3,6 +3,9 @@
 - `DenseIndexContract` (with `LogFedDense`, `chunks_log`, `IDENTITY`), `LexicalIndexContract`
   (`random_corpus`), `LogContract` (`read_all`), `EmbedderContract` (`TEXTS`),
   `RerankerContract` (`QUERY`, `PASSAGES`).
+- `PrometheusServer`, `start_prometheus`, `running_prometheus`, `promtool` (`prometheus`): a
+  real Prometheus on loopback scraping given targets, and promtool, built from the Go module
+  proxy by scripts/build_prometheus.sh.
 """
 
 from typing import TYPE_CHECKING
@@ -14,6 +17,12 @@ if TYPE_CHECKING:
     from ragindex.testing.embedder import TEXTS, EmbedderContract
     from ragindex.testing.lexical import LexicalIndexContract, random_corpus
     from ragindex.testing.log import LogContract, read_all
+    from ragindex.testing.prometheus import (
+        PrometheusServer,
+        promtool,
+        running_prometheus,
+        start_prometheus,
+    )
     from ragindex.testing.reranker import PASSAGES, QUERY, RerankerContract
 
 __all__ = [
@@ -26,10 +35,14 @@ __all__ = [
     "LexicalIndexContract",
     "LogContract",
     "LogFedDense",
+    "PrometheusServer",
     "RerankerContract",
     "chunks_log",
+    "promtool",
     "random_corpus",
     "read_all",
+    "running_prometheus",
+    "start_prometheus",
 ]
 
 if not TYPE_CHECKING:
@@ -40,6 +53,12 @@ if not TYPE_CHECKING:
             "embedder": ["TEXTS", "EmbedderContract"],
             "lexical": ["LexicalIndexContract", "random_corpus"],
             "log": ["LogContract", "read_all"],
+            "prometheus": [
+                "PrometheusServer",
+                "promtool",
+                "running_prometheus",
+                "start_prometheus",
+            ],
             "reranker": ["PASSAGES", "QUERY", "RerankerContract"],
         },
     )
