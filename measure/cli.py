@@ -167,14 +167,62 @@ def add_commands(sub: argparse._SubParsersAction[Any]) -> None:
     )
     b.add_argument("--check", action="store_true", help=CHECK_HELP)
     b.set_defaults(run=lazy("ragindex.measure.bench.suite_cli", "bench_suite_command"))
+    b = bench.add_parser(
+        "scale",
+        help="per size and index type: build, memory, snapshot, bootstrap, recall, p50/p99,"
+        " filtered recall, on vectors generated around real MiniLM embeddings",
+    )
+    b.add_argument("--sizes", default="100000,300000,1000000", help="vector counts, a,b,c")
+    b.add_argument("--types", default="hnsw,hnsw_sq8,ivf_pq,ivf_sq8", help="index types, a,b")
+    b.add_argument(
+        "--anchors", type=int, default=12_000, help="real passages embedded as anchors (cached)"
+    )
+    b.add_argument("--queries", type=int, default=200, help="generated queries per search row")
+    b.add_argument(
+        "--validate",
+        action="store_true",
+        help="first compare generated vectors with held-out real ones (NN distances, recall)",
+    )
+    b.add_argument("--json", type=Path, metavar="FILE")
+    b.add_argument("--plot", type=Path, metavar="PNG", help="cost against size, per type")
+    b.add_argument(
+        "--constants", type=Path, metavar="FILE", help="write `ragindex plan`'s constants"
+    )
+    b.add_argument("--note", default="", help="recorded with --constants (e.g. 'busy box')")
+    b.add_argument("--check", action="store_true", help=CHECK_HELP)
+    b.set_defaults(run=lazy("ragindex.measure.bench.scale", "bench_scale_command"))
 
     p = sub.add_parser(
-        "gate", help="[maintainer] release gate: Cranfield + benchmark ratios vs a baseline"
+        "plan", help="shards, replicas, memory, nodes and ingest hours for a corpus and a load"
+    )
+    p.add_argument("--chunks", type=int, required=True, help="chunks (vectors) to serve")
+    p.add_argument("--dim", type=int, default=384, help="embedding dimension")
+    p.add_argument("--index-type", default="hnsw_sq8", help="hnsw, hnsw_sq8, ivf_pq or ivf_sq8")
+    p.add_argument("--qps", type=float, default=100.0, help="queries per second to serve")
+    p.add_argument("--p99-ms", type=float, default=50.0, help="query p99 target, ms")
+    p.add_argument("--freshness-s", type=float, default=5.0, help="write-to-searchable bound, s")
+    p.add_argument("--replica-memory-gib", type=float, default=16.0, help="memory cap per replica")
+    p.add_argument("--node-cores", type=int, default=16)
+    p.add_argument("--node-memory-gib", type=float, default=64.0)
+    p.add_argument("--constants", type=Path, help="default measure/capacity.json")
+    p.add_argument("--json", type=Path, metavar="FILE")
+    p.set_defaults(run=lazy("ragindex.measure.plan", "plan_command"))
+
+    p = sub.add_parser(
+        "gate",
+        help="[maintainer] release gate: quality on every collection + stage ratios vs a baseline",
     )
     common(p, tenant=False)
     p.add_argument("--collection", default="cranfield")
     p.add_argument("--baseline", type=Path, help="default measure/gate/baseline.json")
     p.add_argument("--update-baseline", action="store_true", help="rewrite the baseline")
+    p.add_argument(
+        "--also",
+        nargs="*",
+        metavar="COLLECTION",
+        help="with --update-baseline: the other collections whose quality is gated (default:"
+        " every bundled one); the gate itself checks those its baseline holds",
+    )
     p.add_argument("--legs", nargs="+", help="legs to replay (default: all)")
     p.add_argument("--json", type=Path, metavar="FILE", help="write this run's measurement")
     p.set_defaults(run=lazy("ragindex.measure.gate.run", "gate_command"))

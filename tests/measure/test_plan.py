@@ -1,0 +1,164 @@
+"""`ragindex plan`: the pure planning function on fixed constants, and its CLI on the shipped
+ones."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from ragindex.errors import InvalidInput
+from ragindex.measure.plan import (
+    ASSUMPTIONS,
+    CONSTANTS,
+    MIN_REPLICAS,
+    PlanInput,
+    latency_at,
+    load_constants,
+    make_plan,
+)
+
+GIB = 1 << 30
+
+
+def constants() -> dict[str, Any]:
+    """Round numbers of the shape `bench scale --constants` writes."""
+    row = {
+        "code_bytes_per_dim": 1.0,
+        "index_overhead_bytes_per_vector": 300.0,
+        "replica_overhead_bytes_per_vector": 200.0,
+        "snapshot_extra_bytes_per_vector": 100.0,
+        "build_vectors_per_s": 1000.0,
+        "bootstrap_bytes_per_s": 100e6,
+        "p50_ms": {"100000": 0.5, "300000": 0.6},
+        "p99_ms": {"100000": 1.0, "300000": 1.2},
+        "recall@10": {"100000": 0.99, "300000": 0.98},
+    }
+    return {
+        "measured": {"machine": "test", "date": "2026-12-06", "note": "fixed", "command": "-"},
+        "dim": 384,
+        "apply_batch_records": 2000,
+        "types": {"hnsw_sq8": row, "ivf_pq": copy.deepcopy(row)},
+        "assumptions": ASSUMPTIONS,
+    }
+
+
+def request(**changes: Any) -> PlanInput:
+    base = {
+        "chunks": 10_000_000,
+        "dim": 384,
+        "index_type": "hnsw_sq8",
+        "qps": 200,
+        "p99_ms": 50,
+        "freshness_s": 5,
+    }
+    return PlanInput(**{**base, **changes})
+
+
+def test_ten_million_at_384_dims() -> None:
+    plan = make_plan(request(), constants())
+    per_chunk = 384 + 300 + 200 + ASSUMPTIONS["text_bytes_per_chunk"]["value"]
+    assert plan.vectors_per_shard * plan.shards >= 10_000_000
+    assert plan.memory_gib_per_replica <= 16
+    assert plan.memory_gib_per_replica == pytest.approx(
+        plan.vectors_per_shard * per_chunk / GIB, abs=0.01
+    )
+    assert plan.shards == -(-10_000_000 * per_chunk // (16 * GIB))  # memory decides here
+    assert plan.replicas >= MIN_REPLICAS
+    assert plan.nodes >= plan.replicas
+    assert plan.extrapolated and plan.measured_sizes == [100_000, 300_000]
+    assert plan.search_p99_ms <= plan.dense_budget_ms == 22.0
+    # snapshot = index codes + extra; bootstrap at the measured rate
+    snapshot = plan.vectors_per_shard * (384 + 300 + 100)
+    assert plan.snapshot_gib_per_shard == pytest.approx(snapshot / GIB, abs=0.01)
+    assert plan.bootstrap_s == pytest.approx(snapshot / 100e6, abs=0.1)
+    assert plan.ingest_cpu_core_hours == pytest.approx(10_000_000 / 18 / 3600, abs=0.1)
+    assert plan.ingest_gpu_hours < plan.ingest_cpu_core_hours / 16
+
+
+def test_more_dimensions_cost_more() -> None:
+    small, large = make_plan(request(), constants()), make_plan(request(dim=768), constants())
+    assert large.shards * large.memory_gib_per_replica > small.shards * small.memory_gib_per_replica
+    assert large.ingest_cpu_core_hours > small.ingest_cpu_core_hours
+    assert large.embedder_cores > small.embedder_cores
+
+
+def test_load_adds_replicas_and_tight_latency_adds_shards() -> None:
+    c = constants()
+    assert make_plan(request(qps=20_000), c).replicas > make_plan(request(qps=10), c).replicas
+    slow = constants()
+    slow["types"]["hnsw_sq8"]["p99_ms"] = {"100000": 5.0, "300000": 8.0}
+    assert make_plan(request(p99_ms=40), slow).shards > make_plan(request(), c).shards
+
+
+def test_freshness_that_cannot_be_met_is_said() -> None:
+    plan = make_plan(request(freshness_s=1), constants())
+    assert any("freshness 1" in n for n in plan.notes)
+    assert not make_plan(request(), constants()).notes
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"chunks": -5}, "--chunks must be >= 1"),
+        ({"index_type": "annoy"}, "--index-type 'annoy' is unknown"),
+        ({"dim": 0}, "--dim must be"),
+        ({"qps": 0}, "--qps must be > 0"),
+        ({"p99_ms": 20}, "leaves nothing for dense search"),
+        ({"index_type": "ivf_sq8"}, "no measurements of ivf_sq8"),
+        ({"replica_memory_gib": 0.001}, "no plan with at most"),
+    ],
+)
+def test_bad_input_is_refused(changes: dict[str, Any], message: str) -> None:
+    with pytest.raises(InvalidInput, match=message):
+        make_plan(request(**changes), constants())
+
+
+def test_latency_interpolates_and_never_extrapolates_faster() -> None:
+    points = [(100_000, 1.0), (1_000_000, 2.0)]
+    assert latency_at(points, 100_000, "log") == pytest.approx(1.0)
+    assert 1.0 < latency_at(points, 300_000, "log") < 2.0
+    assert latency_at(points, 10_000_000, "log") == pytest.approx(4.0)  # slope 0.3 in log-log
+    noisy = [(100_000, 1.0), (300_000, 0.9)]  # a busy box measured the larger one faster
+    assert latency_at(noisy, 3_000_000, "log") > 0.9
+    assert latency_at([(100_000, 1.0)], 1_000_000, "linear") == pytest.approx(10.0)
+
+
+def test_the_shipped_constants_plan_ten_million() -> None:
+    shipped = load_constants(CONSTANTS)
+    assert shipped["measured"]["machine"] and shipped["measured"]["date"]
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ragindex.app.cli",
+            "plan",
+            "--chunks",
+            "10000000",
+            "--dim",
+            "768",
+            "--index-type",
+            "hnsw_sq8",
+            "--qps",
+            "200",
+            "--p99-ms",
+            "50",
+            "--freshness-s",
+            "5",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "shards" in out.stdout and "replicas per shard" in out.stdout
+    bad = subprocess.run(
+        [sys.executable, "-m", "ragindex.app.cli", "plan", "--chunks", "-1"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert bad.returncode != 0 and "--chunks must be >= 1" in bad.stderr
