@@ -10,6 +10,10 @@ Three strategies (ChunkingSpec.strategy):
 - `parent-child`: small windows (`max_tokens`) are embedded and matched; each carries its
   enclosing section (up to PARENT_FACTOR x max_tokens) in `Chunk.context` for the prompt.
 
+With `contextual`, each chunk also carries its document title and section path in
+`Chunk.search_prefix` ("Title > Heading > Subheading"): embedded and indexed for BM25 before
+its text, never shown. Its tokens are reserved in the model's window.
+
 Sizes are counted with the embedder's own tokenizer (`count_tokens`) and capped by what the
 model can see (`limit`), so no chunk is silently truncated at embedding time.
 """
@@ -45,11 +49,40 @@ def token_budget(spec: ChunkingSpec, limit: int | None = None) -> int:
     return min(spec.max_tokens, limit)
 
 
-def chunk_hash(title: str, text: str, context: str | None, doc: Document | None = None) -> str:
+def chunk_hash(
+    title: str,
+    text: str,
+    context: str | None,
+    doc: Document | None = None,
+    search_prefix: str = "",
+) -> str:
     """Hash of everything indexed for a chunk: a change to any of it re-embeds the chunk.
-    The document's ACL, metadata and `updated` count too: every view must see a new ACL."""
+    The document's ACL, metadata and `updated` count too: every view must see a new ACL.
+    A search prefix is hashed only when there is one, so chunks without keep their hashes."""
     attrs = "" if doc is None else json.dumps([doc.acl, doc.metadata, doc.updated], sort_keys=True)
-    return content_hash(f"{title}\x1f{context or ''}\x1f{text}\x1f{attrs}")
+    prefix = f"\x1f{search_prefix}" if search_prefix else ""
+    return content_hash(f"{title}\x1f{context or ''}\x1f{text}\x1f{attrs}{prefix}")
+
+
+CONTEXT_SEPARATOR = " > "
+
+
+def search_prefix(title: str, heading_path: tuple[str, ...]) -> str:
+    """A contextual chunk's search prefix: the document title and the headings it sits under,
+    outermost first, a heading equal to the one before it (often the title) said once."""
+    parts: list[str] = []
+    for part in (title, *heading_path):
+        part = part.strip()
+        if part and (not parts or parts[-1] != part):
+            parts.append(part)
+    return CONTEXT_SEPARATOR.join(parts)
+
+
+def _path_reserve(blocks: list[Block], count: CountTokens) -> int:
+    """Tokens the longest section path of a document adds to its title in a search prefix
+    (the caller's limit already leaves room for the title)."""
+    paths = {b.heading_path for b in blocks if b.heading_path}
+    return max((count(CONTEXT_SEPARATOR.join(("", *p))) for p in paths), default=0)
 
 
 @dataclass(frozen=True)
@@ -246,15 +279,19 @@ def chunk_document(
     """Chunks of one document with ids `{source}:{doc_id}:{n}` (n from 0) and content hashes.
 
     `limit` is the most passage-text tokens the embedder sees (its window less special tokens
-    and prefix); chunks never exceed min(spec.max_tokens, limit) tokens.
+    and prefix); chunks never exceed min(spec.max_tokens, limit) tokens. With
+    `spec.contextual`, the limit is lowered by the document's longest section path (never
+    below half of it), which the search prefix puts before the text.
     """
     validate_tenant(tenant_id)
-    budget = token_budget(spec, limit)
     count = _Counter(count_tokens)
     try:
         blocks = parse_blocks(doc.text, document_format(doc))
     except InvalidInput as exc:
         raise InvalidInput(f"document {doc.key}: {exc}") from None
+    if spec.contextual and limit is not None:
+        limit = max(limit - _path_reserve(blocks, count), limit // 2)
+    budget = token_budget(spec, limit)
 
     pieces: list[tuple[str, tuple[str, ...], str | None]] = []
     if spec.strategy == "window":
@@ -270,6 +307,7 @@ def chunk_document(
     if not pieces:
         raise InvalidInput(f"document {doc.key}: no text to index")
 
+    prefixes = [search_prefix(doc.title, path) if spec.contextual else "" for _, path, _ in pieces]
     return [
         Chunk(
             tenant_id=tenant_id,
@@ -279,11 +317,12 @@ def chunk_document(
             n=n,
             title=doc.title,
             text=text,
-            content_hash=chunk_hash(doc.title, text, context, doc),
+            content_hash=chunk_hash(doc.title, text, context, doc, prefix),
             context=context,
             updated=doc.updated,
             metadata={**doc.metadata, "headings": list(path)},
             acl=doc.acl,
+            search_prefix=prefix,
         )
-        for n, (text, path, context) in enumerate(pieces)
+        for n, ((text, path, context), prefix) in enumerate(zip(pieces, prefixes, strict=True))
     ]

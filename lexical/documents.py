@@ -43,8 +43,10 @@ def filter_terms(chunk: Chunk) -> list[str]:
 
 
 def indexed_fields(chunk: Chunk) -> dict[str, str]:
-    """What BM25 sees of a chunk: its document's title and its own text, as two fields."""
-    return {TITLE_FIELD: chunk.title, BODY_FIELD: chunk.text}
+    """What BM25 sees of a chunk: its document's title and its own text, as two fields; a
+    contextual chunk's body starts with its search prefix (title and section path)."""
+    body = f"{chunk.search_prefix}\n{chunk.text}" if chunk.search_prefix else chunk.text
+    return {TITLE_FIELD: chunk.title, BODY_FIELD: body}
 
 
 def is_searchable(chunk: Chunk) -> bool:

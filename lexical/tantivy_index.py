@@ -73,9 +73,12 @@ def chunk_rest(chunk: Chunk) -> bytes:
 
 
 def stored_chunk(doc: tantivy.Document) -> Chunk:
-    """The chunk a document of this schema was made from (see chunk_rest)."""
-    title, text = ("".join(doc.get_all(f)) for f in (TITLE_FIELD, BODY_FIELD))
-    return Chunk(title=title, text=text, **json.loads(doc[CHUNK_FIELD][0]))
+    """The chunk a document of this schema was made from (see chunk_rest); a contextual
+    chunk's text without the search prefix its body starts with (indexed_fields)."""
+    title, body = ("".join(doc.get_all(f)) for f in (TITLE_FIELD, BODY_FIELD))
+    rest = json.loads(doc[CHUNK_FIELD][0])
+    prefix = rest.get("search_prefix", "")
+    return Chunk(title=title, text=body[len(prefix) + 1 :] if prefix else body, **rest)
 
 
 class TantivyIndex:

@@ -2,7 +2,8 @@
 
 - `load_embedder`, `resolve_model_path`: the embedder a spec names (sentence-transformers,
   FlagEmbedding or ONNX Runtime: `SentenceTransformerEmbedder`, `FlagEmbedder`, `OnnxEmbedder`),
-  and where its weights are; `TokenCounter`: the tokenizer alone;
+  and where its weights are (a local directory, or a packaged model by name: all-MiniLM-L6-v2,
+  all-mpnet-base-v2; see `ragindex.models.packaged`); `TokenCounter`: the tokenizer alone;
 - `load_reranker`: the cross-encoder reranker a spec names (`CrossEncoderReranker`).
 
 torch, transformers and ONNX Runtime load when a model does, not with this package.

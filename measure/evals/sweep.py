@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,7 @@ from ragindex.measure.evals.cli import LEG_MODES, eval_data_dir, resolve_collect
 from ragindex.measure.evals.collections import Collection
 from ragindex.measure.evals.runner import evaluate, ingest_collection
 from ragindex.measure.evals.split import SPLITS, split_queries
-from ragindex.measure.output import write_json
+from ragindex.measure.output import read_json, write_json
 from ragindex.router import QueryEngine
 
 METRICS = ("ndcg@10", "recall@100")
@@ -232,6 +232,119 @@ def added_latency(
     return out
 
 
+# The defaults sweep (`--defaults`): each setting changed alone from the base spec, on every
+# collection. Index-time settings need their own ingested index; query-time ones reuse the
+# base index (or the contextual one, where a combination is worth knowing).
+INDEX_VARIANTS: list[Variant] = [
+    ("default", {}),
+    ("contextual", {"chunking": {"contextual": True}}),
+    ("maxTokens=128", {"chunking": {"max_tokens": 128}}),
+]
+QUERY_VARIANTS: dict[str, list[Variant]] = {
+    "default": [
+        ("titleBoost=0", {"lexical": {"title_boost": 0.0}}),
+        ("rm3", {"feedback": {"rm3": {"enabled": True, "docs": 5, "terms": 10}}}),
+    ],
+    # The title is in the body of a contextual chunk: without the title field, one field.
+    "contextual": [("contextual + titleBoost=0", {"lexical": {"title_boost": 0.0}})],
+}
+DEFAULTS_COLLECTIONS = ("cranfield", "gnu-manuals", "nodejs-api")
+RULE_MAX_LOSS = 0.005  # a new default may cost no collection more held-out nDCG@10 than this
+
+
+def defaults_rows(
+    collection: Collection, base: RagIndexSpec, log: Callable[[str], None] = print
+) -> Iterator[dict[str, Any]]:
+    """Every variant of INDEX_VARIANTS and QUERY_VARIANTS measured on one collection, one row
+    at a time: per leg, metric means per split and ms per query (`measure`)."""
+    for label, change in INDEX_VARIANTS:
+        spec = with_change(base, change)
+        index = EmbeddedIndex(eval_data_dir(collection, spec), spec)
+        try:
+            ingest_collection(collection, index.upsert)
+            for name, query_change in [(label, {}), *QUERY_VARIANTS.get(label, [])]:
+                row: dict[str, Any] = {"collection": collection.name, "variant": name}
+                row |= measure(index, collection, with_change(spec, query_change), ALL_LEGS)
+                log(
+                    f"{collection.name:12} {name:28} hybrid nDCG@10 held-out"
+                    f" {row['hybrid']['heldout']['ndcg@10']:.4f}"
+                    f"  ms {row['hybrid']['ms_per_query']}"
+                )
+                yield row
+        finally:
+            index.close()
+
+
+def defaults_summary(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per variant: hybrid held-out nDCG@10 and recall@100 per collection and their means,
+    hybrid latency as a ratio to the default's on the same collection, and the rule's verdict
+    (a default changes only if the mean rises and no collection loses more than
+    RULE_MAX_LOSS). Only variants measured on every collection are summarized."""
+    by = {(r["collection"], r["variant"]): r["hybrid"] for r in rows}
+    collections = sorted({r["collection"] for r in rows})
+    out = []
+    for variant in dict.fromkeys(r["variant"] for r in rows):
+        if any((name, variant) not in by for name in collections):
+            continue
+        per: dict[str, dict[str, float]] = {}
+        for name in collections:
+            hybrid, default = by[(name, variant)], by[(name, "default")]
+            per[name] = {
+                "ndcg@10": round(hybrid["heldout"]["ndcg@10"], 4),
+                "recall@100": round(hybrid["heldout"]["recall@100"], 4),
+                "delta_ndcg@10": round(
+                    hybrid["heldout"]["ndcg@10"] - default["heldout"]["ndcg@10"], 4
+                ),
+                "latency_ratio": round(hybrid["ms_per_query"] / default["ms_per_query"], 2),
+            }
+        mean_delta = sum(p["delta_ndcg@10"] for p in per.values()) / len(per)
+        worst = min(p["delta_ndcg@10"] for p in per.values())
+        out.append(
+            {
+                "variant": variant,
+                "collections": per,
+                "mean_ndcg@10": round(sum(p["ndcg@10"] for p in per.values()) / len(per), 4),
+                "mean_recall@100": round(sum(p["recall@100"] for p in per.values()) / len(per), 4),
+                "mean_delta_ndcg@10": round(mean_delta, 4),
+                "passes_rule": variant != "default"
+                and mean_delta > 0
+                and worst >= -RULE_MAX_LOSS - 1e-9,
+            }
+        )
+    return out
+
+
+def summary_table(summary: Sequence[dict[str, Any]]) -> str:
+    """The summary as a Markdown table: nDCG@10 / recall@100 (latency ratio) per collection."""
+    names = list(summary[0]["collections"])
+    head = ["setting", *names, "mean", "rule"]
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for row in summary:
+        cells = [
+            f"{p['ndcg@10']:.3f} / {p['recall@100']:.3f} (x{p['latency_ratio']:.2f})"
+            for p in row["collections"].values()
+        ]
+        mean = f"{row['mean_ndcg@10']:.3f} / {row['mean_recall@100']:.3f}"
+        verdict = "" if row["variant"] == "default" else ("passes" if row["passes_rule"] else "no")
+        lines.append("| " + " | ".join([row["variant"], *cells, mean, verdict]) + " |")
+    return "\n".join(lines)
+
+
+def defaults_sweep(
+    names: Sequence[str], base: RagIndexSpec, out: Path, log: Callable[[str], None] = print
+) -> None:
+    """The defaults sweep on every named collection, `out` rewritten after each row (a long
+    sweep stopped early leaves what it measured)."""
+    rows: list[dict[str, Any]] = []
+    for name in names:
+        for row in defaults_rows(resolve_collection(name), base, log):
+            rows.append(row)
+            summary = defaults_summary(rows)
+            base_json = base.model_dump(mode="json", by_alias=True)
+            write_json(out, {"base": base_json, "summary": summary, "rows": rows})
+    log(summary_table(defaults_summary(rows)))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m ragindex.measure.evals.sweep", description=__doc__
@@ -241,8 +354,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--latency", action="store_true", help="only the interleaved added-latency comparison"
     )
+    parser.add_argument(
+        "--defaults",
+        action="store_true",
+        help="the defaults sweep: contextual chunks, chunk size, the title field and feedback,"
+        " each alone, on every collection of --collections",
+    )
+    parser.add_argument(
+        "--collections",
+        nargs="+",
+        default=list(DEFAULTS_COLLECTIONS),
+        help="collections of the defaults sweep (default: every bundled one and Cranfield)",
+    )
+    parser.add_argument(
+        "--summarize",
+        nargs="+",
+        type=Path,
+        metavar="JSON",
+        help="summarize the rows of earlier --defaults runs (one per collection, say) together",
+    )
     args = parser.parse_args(argv)
+    if args.summarize:
+        rows = [row for path in args.summarize for row in read_json(path)["rows"]]
+        summary = defaults_summary(rows)
+        print(summary_table(summary))
+        write_json(args.json, {"summary": summary, "rows": rows})
+        return 0
     base = load_spec(args.spec)
+    if args.defaults:
+        defaults_sweep(args.collections, base, args.json)
+        return 0
     collection = resolve_collection("cranfield")
     index = EmbeddedIndex(eval_data_dir(collection, base), base)
     try:

@@ -1,10 +1,12 @@
 """`ragindex gate [--update-baseline]`: the release gate against `baseline.json`.
 
 The gate replays Cranfield quality per leg, the dense leg rebuilt in HNSW, and each query-path
-stage's latency as a ratio to its own floor, then compares with the baseline
-(`ragindex.measure.gate.compare`). Cranfield is served from `ragindex eval`'s cached index (the
-embedded data plane: the log, the ingest worker, the views `ragindex serve` searches), so a
-warm gate re-embeds nothing.
+stage's latency as a ratio to its own floor; then the quality per leg of every other gated
+collection (each bundled one by default, each with its own tolerance); and compares with the
+baseline (`ragindex.measure.gate.compare`). Every collection is served from `ragindex eval`'s
+cached index (the embedded data plane: the log, the ingest worker, the views `ragindex serve`
+searches), so a warm gate re-embeds nothing. Latency ratios are measured on the main collection
+only: they describe the query path, not the data.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from ragindex.config import RagIndexSpec
 from ragindex.errors import InvalidInput
 from ragindex.lexical import BODY_FIELD, TITLE_FIELD
 from ragindex.measure.bench import suite as bs
+from ragindex.measure.evals.bundled import bundled_collections
 from ragindex.measure.evals.cli import (
     eval_data_dir,
     index_code_fingerprint,
@@ -32,7 +35,13 @@ from ragindex.measure.evals.cli import (
 )
 from ragindex.measure.evals.collections import Collection
 from ragindex.measure.evals.runner import DEFAULT_TENANT
-from ragindex.measure.gate.compare import Tolerances, check_measurement, compare, gate_table
+from ragindex.measure.gate.compare import (
+    Tolerances,
+    check_measurement,
+    compare,
+    gate_table,
+    quality_drop_for,
+)
 from ragindex.measure.output import read_json, write_json
 from ragindex.protocols import Vectors
 from ragindex.router import QueryEngine
@@ -52,25 +61,19 @@ def gate_measure(
     data_dir: Path,
     legs: Sequence[str] | None = None,
     repeats: int | None = None,
+    others: Sequence[Collection] = (),
 ) -> dict[str, Any]:
     """Quality per leg on the collection (nDCG@10, recall@100), the dense leg again with every
     tenant in HNSW at the spec's efSearch (`dense_hnsw`, with recall@10 against exact), and
-    each query-path stage's latency as a ratio to its own floor, measured in this run. `legs`
-    limits the legs reported (a leg left out is a disabled leg, which the gate fails)."""
+    each query-path stage's latency as a ratio to its own floor, measured in this run; then
+    the quality per leg of each of `others` (from its own cached index) with its tolerance.
+    `legs` limits the legs reported (a leg left out is a disabled leg, which the gate fails)."""
     repeats = GATE_REPEATS if repeats is None else repeats
     bs.set_threads(1)
     started = time.perf_counter()
     index, payload, _ = run_eval(collection, spec, data_dir)
     try:
-        measured = [leg for leg in ("bm25", "dense", "hybrid", "rerank") if leg in payload]
-        unknown = set(legs or ()) - set(measured)
-        if unknown:
-            raise InvalidInput(f"legs {sorted(unknown)} are not measured; choose from {measured}")
-        quality: dict[str, dict[str, Any]] = {
-            leg: {m: round(payload[leg][m], 4) for m in GATED_METRICS}
-            for leg in measured
-            if legs is None or leg in legs
-        }
+        quality = leg_quality(payload, legs)
         with tempfile.TemporaryDirectory(prefix="ragindex-gate-hnsw-") as tmp:
             hnsw_dense = hnsw_replay(index, Path(tmp))
             hnsw = bs.hnsw_leg(collection, index.query, engine_over(index.query, hnsw_dense))
@@ -93,9 +96,20 @@ def gate_measure(
         )
     finally:
         index.close()
+    collections = {}
+    for other in others:
+        other_index, other_payload, _ = run_eval(other, spec, eval_data_dir(other, spec))
+        other_index.close()
+        collections[other.name] = {
+            "quality": leg_quality(other_payload, legs),
+            "quality_drop": quality_drop_for(len(other.judged_queries())),
+            "documents": other_payload["documents"],
+            "queries": len(other.judged_queries()),
+        }
     return {
         "quality": quality,
         "latency_ratios": {f"{s}_over_floor_p50": r["ratio"] for s, r in stages.items()},
+        "collections": collections,
         "details": {"stages": stages, "dense_hnsw": hnsw},
         "settings": {
             "collection": collection.name,
@@ -107,6 +121,19 @@ def gate_measure(
         },
         "seconds": round(time.perf_counter() - started, 1),
         "run": bs.environment(),
+    }
+
+
+def leg_quality(payload: dict[str, Any], legs: Sequence[str] | None) -> dict[str, dict[str, Any]]:
+    """The gated metrics of each leg an eval measured (only `legs`, when given)."""
+    measured = [leg for leg in ("bm25", "dense", "hybrid", "rerank") if leg in payload]
+    unknown = set(legs or ()) - set(measured)
+    if unknown:
+        raise InvalidInput(f"legs {sorted(unknown)} are not measured; choose from {measured}")
+    return {
+        leg: {m: round(payload[leg][m], 4) for m in GATED_METRICS}
+        for leg in measured
+        if legs is None or leg in legs
     }
 
 
@@ -231,6 +258,12 @@ def _gate_inputs(args: argparse.Namespace) -> tuple[Collection, RagIndexSpec, Pa
     return collection, spec, data_dir
 
 
+def other_collections(names: Sequence[str], main: Collection) -> list[Collection]:
+    """The other gated collections by name, the main one left out wherever it is named."""
+    others = [resolve_collection(name) for name in dict.fromkeys(names)]
+    return [c for c in others if c.name != main.name]
+
+
 def gate_command(args: argparse.Namespace) -> int:
     """Replay the gate's measurements and compare with the baseline: 0 passes, 1 fails."""
     if getattr(args, "update_baseline", False):
@@ -246,6 +279,8 @@ def gate_command(args: argparse.Namespace) -> int:
         data_dir,
         legs=getattr(args, "legs", None),
         repeats=int(settings.get("repeats", GATE_REPEATS)),
+        # the collections the baseline gates: a new one joins with --update-baseline
+        others=other_collections(list(baseline.get("collections", {})), collection),
     )
     if getattr(args, "json", None):
         write_json(args.json, current)
@@ -262,10 +297,18 @@ def gate_command(args: argparse.Namespace) -> int:
 
 
 def gate_update_command(args: argparse.Namespace) -> int:
-    """Measure and rewrite the baseline (explicit, so the change shows in review)."""
+    """Measure and rewrite the baseline (explicit, so the change shows in review); it gates
+    the other collections of `--also` (default: every bundled one)."""
     baseline_path = Path(getattr(args, "baseline", None) or DEFAULT_BASELINE)
     collection, spec, data_dir = _gate_inputs(args)
-    current = gate_measure(collection, spec, data_dir, legs=getattr(args, "legs", None))
+    also = getattr(args, "also", None)
+    current = gate_measure(
+        collection,
+        spec,
+        data_dir,
+        legs=getattr(args, "legs", None),
+        others=other_collections(bundled_collections() if also is None else also, collection),
+    )
     if baseline_path.exists():
         old = read_json(baseline_path)
         print(gate_table(old, current))

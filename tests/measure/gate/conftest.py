@@ -23,16 +23,24 @@ os.environ.setdefault("MKL_NUM_THREADS", "1")
 SLICE_DOCS = 80
 
 
-def cranfield_slice(docs: int = SLICE_DOCS) -> Collection:
-    """The first `docs` Cranfield documents and the queries with a relevant one among them."""
+def cranfield_slice(docs: int = SLICE_DOCS, start: int = 0) -> Collection:
+    """`docs` Cranfield documents from the `start`-th (the first ones by default) and the
+    queries with a relevant one among them."""
     full = load_cranfield(cranfield_dir())
-    corpus = dict(list(full.corpus.items())[:docs])
+    corpus = dict(list(full.corpus.items())[start : start + docs])
     qrels = {
         qid: {d: g for d, g in judged.items() if d in corpus} for qid, judged in full.qrels.items()
     }
     qrels = {qid: judged for qid, judged in qrels.items() if any(g > 0 for g in judged.values())}
     queries = {qid: q for qid, q in full.queries.items() if qid in qrels}
-    return Collection(f"cranfield-slice{docs}", corpus, queries, qrels)
+    name = f"cranfield-slice{docs}" + (f"-from{start}" if start else "")
+    return Collection(name, corpus, queries, qrels)
+
+
+@pytest.fixture(scope="session")
+def next_slice() -> Collection:
+    """The 60 Cranfield documents after the slice's: a second collection to gate."""
+    return cranfield_slice(60, start=SLICE_DOCS)
 
 
 @pytest.fixture(scope="session")

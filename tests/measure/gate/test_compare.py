@@ -11,7 +11,8 @@ import pytest
 
 from ragindex.config import RagIndexSpec
 from ragindex.errors import InvalidInput
-from ragindex.measure.gate.compare import Tolerances, compare, gate_table
+from ragindex.measure.evals.bundled import bundled_collections
+from ragindex.measure.gate.compare import Tolerances, compare, gate_table, quality_drop_for
 
 BASE: dict[str, Any] = {
     "quality": {
@@ -115,10 +116,48 @@ def test_custom_tolerances() -> None:
         Tolerances(quality_drop=-0.1)
 
 
+OTHER = {"quality": {"hybrid": {"ndcg@10": 0.70}}, "quality_drop": 0.013, "documents": 9}
+WITH_OTHER = {**BASE, "collections": {"other": OTHER}}
+
+
+def test_a_small_collection_is_allowed_a_whole_query_s_loss() -> None:
+    assert quality_drop_for(225) == 0.01  # Cranfield: the main tolerance
+    assert quality_drop_for(58) == 0.0129
+    with pytest.raises(InvalidInput, match="judged queries"):
+        quality_drop_for(0)
+
+
+@pytest.mark.parametrize(("value", "fails"), [(0.688, False), (0.687, False), (0.6869, True)])
+def test_each_collection_is_gated_with_its_own_tolerance(value: float, fails: bool) -> None:
+    current = copy.deepcopy(WITH_OTHER)
+    current["collections"]["other"]["quality"]["hybrid"]["ndcg@10"] = value
+    violations = compare(WITH_OTHER, current)
+    assert [(v.kind, v.name) for v in violations] == (
+        [("quality", "other hybrid ndcg@10")] if fails else []
+    )
+    assert "other hybrid ndcg@10" in gate_table(WITH_OTHER, current)
+
+
+def test_a_collection_left_out_or_changed_fails() -> None:
+    violations = compare(WITH_OTHER, BASE)
+    assert {(v.kind, v.name) for v in violations} == {
+        ("missing", "other hybrid ndcg@10"),
+        ("settings", "collections.other.documents"),
+    }
+    grown = copy.deepcopy(WITH_OTHER)
+    grown["collections"]["other"]["documents"] = 10
+    assert [v.name for v in compare(WITH_OTHER, grown)] == ["collections.other.documents"]
+    assert compare(BASE, WITH_OTHER) == []  # a collection the baseline does not gate: ignored
+
+
 @pytest.mark.parametrize(
     "bad",
     [
         [],
+        {**BASE, "collections": []},
+        {**BASE, "collections": {"other": {"quality": {"hybrid": {"ndcg@10": 0.7}}}}},
+        {**BASE, "collections": {"other": {**OTHER, "quality_drop": -1}}},
+        {**BASE, "collections": {"other": {**OTHER, "quality": {"hybrid": {}}}}},
         {"quality": {}},
         {"quality": {"bm25": {}}, "latency_ratios": {}},
         {"quality": {"bm25": {"ndcg@10": "high"}}, "latency_ratios": {}},
@@ -145,3 +184,13 @@ def test_the_committed_baseline_was_measured_on_todays_default_spec() -> None:
     baseline_path = Path(__file__).parents[3] / "measure" / "gate" / "baseline.json"
     baseline = json.loads(baseline_path.read_text())
     assert baseline["settings"]["spec"] == RagIndexSpec().model_dump(mode="json", by_alias=True)
+
+
+def test_the_committed_baseline_gates_every_bundled_collection() -> None:
+    baseline_path = Path(__file__).parents[3] / "measure" / "gate" / "baseline.json"
+    baseline = json.loads(baseline_path.read_text())
+    assert baseline["settings"]["collection"] == "cranfield"
+    assert set(baseline["collections"]) == set(bundled_collections())
+    for name, entry in baseline["collections"].items():
+        assert set(entry["quality"]) == {"bm25", "dense", "hybrid"}, name
+        assert entry["quality_drop"] == quality_drop_for(entry["queries"]), name

@@ -168,12 +168,51 @@ def test_cli_exit_codes(
     written = json.loads(baseline.read_text())
     assert written["quality"] == slice_baseline["quality"]
     assert written["settings"]["collection"] == slice_collection.name
+    assert written["collections"] == {}  # every other name resolves to the slice itself here
     assert main(["gate", *common]) == 0
     assert "gate passed" in capsys.readouterr().out
     written["quality"]["hybrid"]["ndcg@10"] += 0.05
     baseline.write_text(json.dumps(written))
     assert main(["gate", *common]) == 1
     assert "GATE FAILED" in capsys.readouterr().out
+
+
+def test_every_gated_collection_is_measured_and_each_can_fail_the_gate(
+    slice_collection: Collection,
+    next_slice: Collection,
+    slice_dir: Path,
+    slice_baseline: dict[str, Any],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A second collection (the next Cranfield documents) is gated beside the main one: the
+    baseline holds its quality per leg and tolerance, the gate replays it from its own cached
+    index and fails naming it when it is worse than its baseline."""
+    other = next_slice
+    monkeypatch.setenv("RAGINDEX_CACHE", str(tmp_path / "cache"))
+    resolved = {slice_collection.name: slice_collection, other.name: other}
+    monkeypatch.setattr(gate_run, "resolve_collection", lambda name: resolved[name])
+    monkeypatch.setattr(gate_run, "GATE_REPEATS", 1)
+    baseline = tmp_path / "baseline.json"
+    common = ["--baseline", str(baseline), "--data-dir", str(slice_dir)]
+    update = ["gate", "--update-baseline", "--collection", slice_collection.name, *common]
+    assert main([*update, "--also", other.name, slice_collection.name]) == 0
+    written = json.loads(baseline.read_text())
+    assert list(written["collections"]) == [other.name]  # the main one is not gated twice
+    entry = written["collections"][other.name]
+    assert set(entry["quality"]) == {"bm25", "dense", "hybrid"}
+    assert entry["queries"] == len(other.judged_queries()) and entry["quality_drop"] >= 0.01
+    assert written["quality"] == slice_baseline["quality"]
+
+    gate = ["gate", "--collection", slice_collection.name, *common]
+    assert main(gate) == 0
+    assert f"{other.name} hybrid ndcg@10" in capsys.readouterr().out
+    entry["quality"]["dense"]["ndcg@10"] += entry["quality_drop"] + 0.01
+    baseline.write_text(json.dumps(written))
+    assert main(gate) == 1
+    out = capsys.readouterr().out
+    assert f"- {other.name} dense ndcg@10" in out and "- dense ndcg@10" not in out
 
 
 def test_cli_refuses_a_missing_baseline(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
