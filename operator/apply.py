@@ -122,6 +122,16 @@ async def refused_secrets(
     return found
 
 
+async def existing_names(
+    client: AsyncClient,
+    res: type[NamespacedResource],
+    namespace: str,
+    names: Iterable[str],
+) -> set[str]:
+    """Which of the named objects (PersistentVolumeClaims, Secrets) exist in the namespace."""
+    return {n for n in names if await _live_metadata(client, res, n, namespace) is not None}
+
+
 async def list_managed(
     client: AsyncClient,
     namespace: str,

@@ -10,7 +10,7 @@ writes the committed file; a test keeps the two equal. Imports only the core (no
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Any, get_args
 
 import yaml
 from pydantic import BaseModel
@@ -50,6 +50,32 @@ _CEL: dict[str, list[dict[str, str]]] = {
             "fieldPath": ".model",
             "reason": "FieldValueRequired",
         }
+    ],
+    "ModelSourceSpec": [
+        {
+            "rule": "!has(self.kind) || self.kind != 'volume'"
+            " || ((has(self.claimName) && size(self.claimName) > 0)"
+            " != (has(self.imageReference) && size(self.imageReference) > 0))",
+            "message": "source.kind volume needs exactly one of claimName or imageReference",
+            "fieldPath": ".claimName",
+            "reason": "FieldValueRequired",
+        },
+        {
+            "rule": "(has(self.kind) && self.kind == 'volume')"
+            " || ((!has(self.claimName) || size(self.claimName) == 0)"
+            " && (!has(self.imageReference) || size(self.imageReference) == 0)"
+            " && (!has(self.path) || size(self.path) == 0))",
+            "message": "source.claimName, imageReference and path are only valid with volume",
+            "fieldPath": ".claimName",
+            "reason": "FieldValueForbidden",
+        },
+        {
+            "rule": "!has(self.tokenSecret) || size(self.tokenSecret) == 0"
+            " || (has(self.kind) && self.kind == 'hub')",
+            "message": "source.tokenSecret is only valid with kind hub",
+            "fieldPath": ".tokenSecret",
+            "reason": "FieldValueForbidden",
+        },
     ],
     "DenseIndexSpec": [
         {
@@ -188,9 +214,31 @@ def _nested_model(model: type[BaseModel], alias: str) -> tuple[type[BaseModel], 
     raise KeyError(f"{model.__name__} has no field with alias {alias!r}")
 
 
-def _property(node: dict[str, Any]) -> dict[str, Any]:
-    """One scalar JSON-schema property as structural openAPI v3."""
+def _models_by_name(model: type[BaseModel]) -> dict[str, type[BaseModel]]:
+    """Every model reachable from `model`'s fields (through lists, dicts and unions), by the
+    name its JSON schema's $defs use."""
+    found = {model.__name__: model}
+    for field in model.model_fields.values():
+        for sub in _model_args(field.annotation):
+            if sub.__name__ not in found:
+                found |= _models_by_name(sub)
+    return found
+
+
+def _model_args(annotation: Any) -> list[type[BaseModel]]:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in get_args(annotation) for m in _model_args(arg)]
+
+
+def _property(node: dict[str, Any], defs: dict[str, Any], models: dict[str, Any]) -> dict[str, Any]:
+    """One JSON-schema property (scalar, list or map) as structural openAPI v3."""
+    extensions = {k: v for k, v in node.items() if k.startswith("x-kubernetes-")}
     variants = [v for v in node.get("anyOf", []) if v.get("type") != "null"]
+    if {v.get("type") for v in variants} == {"string", "integer"}:
+        # A Kubernetes quantity (`2`, `500m`, `8Gi`): the API server's own int-or-string.
+        out = {k: node[k] for k in ("description",) if k in node}
+        return {**out, "x-kubernetes-int-or-string": True}
     if variants:
         # `str | None`: Kubernetes prunes nulls of non-nullable fields, and absent means None
         # to pydantic, so the plain type is the exact equivalent.
@@ -204,11 +252,25 @@ def _property(node: dict[str, Any]) -> dict[str, Any]:
     if "exclusiveMaximum" in node:
         out["maximum"] = node["exclusiveMaximum"]
         out["exclusiveMaximum"] = True
-    if node.get("default") is not None:
+    # Empty lists and maps: the API server stores no empty default, and absent means empty.
+    if node.get("default") not in (None, [], {}):
         out["default"] = node["default"]
     if "type" not in out:
         raise ValueError(f"property without a type has no structural form: {node}")
-    return out
+    if out["type"] == "array":
+        items = node["items"]
+        ref = items.get("$ref")
+        if ref is None:
+            out["items"] = _property(items, defs, models)
+        else:
+            def_name = ref.rsplit("/", 1)[-1]
+            out["items"] = _object(models[def_name], defs[def_name], defs)
+    elif out["type"] == "object" and not extensions:
+        values = node.get("additionalProperties")
+        if not isinstance(values, dict):
+            raise ValueError(f"a map needs typed values for a structural schema: {node}")
+        out["additionalProperties"] = _property(values, defs, models)
+    return {**out, **extensions}
 
 
 def _object(
@@ -224,11 +286,12 @@ def _object(
         out["description"] = description or node["description"]
     if default is not None:
         out["default"] = default
+    models = _models_by_name(model)
     properties: dict[str, Any] = {}
     for alias, prop in node["properties"].items():
         ref = prop.get("$ref")
         if ref is None:
-            properties[alias] = _property(prop)
+            properties[alias] = _property(prop, defs, models)
             continue
         sub_model, default = _nested_model(model, alias)
         sub_node = defs[ref.rsplit("/", 1)[-1]]

@@ -6,9 +6,11 @@ of one reconcile (create/update/resume):
 
 1. validate the spec with `RagIndexSpec` (the same model as the CRD); invalid -> `Degraded`
    with pydantic's message and nothing applied, so a bad edit never breaks what serves;
-2. cluster runtime: render; refuse (Reconciled=False, nothing applied) when a Secret named in
-   the spec lacks the consent label (`SecretRefused`) or a desired object's name is held by an
-   object this RagIndex does not own (`NameConflict`); else server-side apply and prune;
+2. cluster runtime: render; refuse (Reconciled=False, nothing applied) when a model cannot
+   load in the pods (`ModelUnavailable`: not packaged, its claim or token Secret missing), a
+   Secret named in the spec lacks the consent label (`SecretRefused`) or a desired object's
+   name is held by an object this RagIndex does not own (`NameConflict`); else server-side
+   apply and prune;
    local runtime: PUT the Serve config to the local Ray dashboard;
 3. patch status (observedGeneration, conditions, endpoint, activeGeneration).
 
@@ -34,6 +36,7 @@ import kopf
 from lightkube import AsyncClient
 from lightkube.config.kubeconfig import KubeConfig
 from lightkube.core.exceptions import ApiError
+from lightkube.resources.core_v1 import PersistentVolumeClaim, Secret
 
 from ragindex.config import RagIndexSpec, parse_spec
 from ragindex.errors import InvalidInput
@@ -41,6 +44,7 @@ from ragindex.generations import index_generation, lexical_alias, lexical_index_
 from ragindex.operator import apply, local_runtime
 from ragindex.operator.crd import GROUP, PLURAL, VERSION
 from ragindex.operator.generation_io import read_build_report, switch_read_alias
+from ragindex.operator.model_sources import claim_names, token_secrets, unavailable_models
 from ragindex.operator.objects import (
     RenderOptions,
     build_report_url,
@@ -241,6 +245,7 @@ class RagIndexOperator:
         objects = render(
             name, namespace, spec, uid=uid, active_generation=active, options=self.options.render
         )
+        await self._check_models(namespace, spec)
         refused = await apply.refused_secrets(self.kube, namespace, name, named_secrets(spec))
         if refused:
             raise Refused("SecretRefused", refused)
@@ -261,6 +266,16 @@ class RagIndexOperator:
             keep_generations=(active, index_generation(spec), *kept),
         )
         return await self._cluster_serving(namespace, name, uid, spec, status, generation, True)
+
+    async def _check_models(self, namespace: str, spec: RagIndexSpec) -> None:
+        """Refuse (ModelUnavailable) a model the pods could not load, before applying."""
+        claims = await apply.existing_names(
+            self.kube, PersistentVolumeClaim, namespace, claim_names(spec)
+        )
+        secrets = await apply.existing_names(self.kube, Secret, namespace, token_secrets(spec))
+        unavailable = unavailable_models(spec, claims, secrets)
+        if unavailable:
+            raise Refused("ModelUnavailable", unavailable)
 
     async def _cluster_serving(
         self,

@@ -45,8 +45,9 @@ def render_managed_log(
     cluster = kafka_name(name)
     strimzi = {STRIMZI_CLUSTER_LABEL: cluster}
     storage: dict[str, Any] = {"type": "persistent-claim", "size": log.broker_storage_size}
-    if options.storage_class:
-        storage["class"] = options.storage_class
+    storage_class = log.broker_storage_class or options.storage_class
+    if storage_class:
+        storage["class"] = storage_class
     replication = {
         "default.replication.factor": log.replication_factor,
         "min.insync.replicas": log.min_insync_replicas,

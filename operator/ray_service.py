@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ragindex.config import RagIndexSpec
+from ragindex.config import MODEL_MOUNT_ROOT, ModelSourceSpec, RagIndexSpec
+from ragindex.errors import InvalidInput
 from ragindex.operator.objects import (
     AUTH_MOUNT,
     RAY_SERVICE,
@@ -25,15 +26,19 @@ from ragindex.operator.objects import (
     ray_service_name,
     report_token_secret,
 )
+from ragindex.pod_spec import PodTemplate
 from ragindex.serve_config import (
     AUTH_DIR_ENV,
     ES_PASSWORD_ENV,
     ES_USERNAME_ENV,
     GENERATOR_API_KEY_ENV,
+    INGEST_EMBEDDER,
     KAFKA_BOOTSTRAP_ENV,
     KAFKA_PASSWORD_ENV,
     KAFKA_USERNAME_ENV,
+    QUERY_EMBEDDER,
     REPORT_TOKEN_ENV,
+    RERANKER,
     deployment_layout,
     render_serve_config,
     to_yaml,
@@ -86,26 +91,32 @@ def _pods(demand: float, per_pod: float) -> int:
 
 def _container(
     name: str,
+    image: str,
     options: RenderOptions,
-    cpus: int,
-    memory: str,
+    size: tuple[float, str, int],
+    pool: PodTemplate,
     env: list[dict[str, Any]],
     mounts: list[dict[str, Any]],
     scratch: str,
-    gpus: int = 0,
 ) -> dict[str, Any]:
-    limits: dict[str, Any] = {"cpu": str(cpus), "memory": memory}
+    """A Ray container sized (cpus, memory, gpus) by the operator's flags, with the pool's
+    own requests and limits laid over them key by key."""
+    cpus, memory, gpus = size
+    limits: dict[str, Any] = {"cpu": _quantity(cpus), "memory": memory}
     if gpus:
         limits["nvidia.com/gpu"] = str(gpus)
     requests = {
-        "cpu": options.ray_cpu_request or str(cpus),
+        "cpu": options.ray_cpu_request or _quantity(cpus),
         "memory": memory,
         "ephemeral-storage": scratch,
     }
     return {
         "name": name,
-        "image": options.image,
-        "resources": {"requests": requests, "limits": limits},
+        "image": image,
+        "resources": {
+            "requests": requests | _strings(pool.resources.requests),
+            "limits": limits | _strings(pool.resources.limits),
+        },
         "env": env,
         "volumeMounts": mounts,
         "securityContext": {
@@ -114,6 +125,100 @@ def _container(
             "runAsNonRoot": True,
         },
     }
+
+
+def _quantity(cpus: float) -> str:
+    return str(int(cpus)) if float(cpus).is_integer() else f"{round(cpus * 1000)}m"
+
+
+def _strings(quantities: Mapping[str, str | int]) -> dict[str, str]:
+    return {k: str(v) for k, v in quantities.items()}
+
+
+def cpu_count(quantity: str | int) -> float:
+    """CPUs of a Kubernetes CPU quantity (`4`, `3.5`, `3500m`), as Ray counts them."""
+    text = str(quantity)
+    try:
+        return float(text[:-1]) / 1000 if text.endswith("m") else float(text)
+    except ValueError:
+        raise InvalidInput(f"CPU quantity {text!r} is not a number of CPUs or millicpus") from None
+
+
+def pool_size(pool: PodTemplate, cpus: float, memory: str, gpus: int = 0) -> tuple[float, str, int]:
+    """(cpus, memory, gpus) of one pool's pod: the pool's limits (else requests) where it
+    sets them, else the operator's defaults. Ray counts these, so the pod counts follow them."""
+    given = {**pool.resources.requests, **pool.resources.limits}
+    if "cpu" in given:
+        cpus = cpu_count(given["cpu"])
+    if "memory" in given:
+        memory = str(given["memory"])
+    if "nvidia.com/gpu" in given:
+        gpus = int(cpu_count(given["nvidia.com/gpu"]))
+    return cpus, memory, gpus
+
+
+def _placement(pool: PodTemplate) -> dict[str, Any]:
+    """The pool's scheduling fields of a pod spec, in core/v1 shape (only those set)."""
+    out: dict[str, Any] = {}
+    if pool.node_selector:
+        out["nodeSelector"] = dict(pool.node_selector)
+    if pool.tolerations:
+        out["tolerations"] = [
+            t.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+            for t in pool.tolerations
+        ]
+    if pool.affinity:
+        out["affinity"] = copy.deepcopy(pool.affinity)
+    if pool.topology_spread_constraints:
+        out["topologySpreadConstraints"] = [
+            c.model_dump(mode="json", by_alias=True, exclude_none=True)
+            for c in pool.topology_spread_constraints
+        ]
+    if pool.priority_class_name:
+        out["priorityClassName"] = pool.priority_class_name
+    return out
+
+
+def _model_volumes(spec: RagIndexSpec) -> tuple[list[Any], list[Any]]:
+    """Volume model sources, mounted read-only where models/embedder.py looks for them
+    (`/models/<role>`) in every worker pod (the router and ingest load the embedder's
+    tokenizer too); the head loads no model."""
+    sources: list[tuple[str, ModelSourceSpec]] = [("embedder", spec.embedder.source)]
+    if spec.reranker.enabled:
+        sources.append(("reranker", spec.reranker.source))
+    volumes: list[dict[str, Any]] = []
+    mounts: list[dict[str, Any]] = []
+    for role, source in sources:
+        if source.kind != "volume":
+            continue
+        name = f"model-{role}"
+        if source.claim_name:
+            volumes.append(
+                {
+                    "name": name,
+                    "persistentVolumeClaim": {"claimName": source.claim_name, "readOnly": True},
+                }
+            )
+        else:
+            volumes.append(
+                {
+                    "name": name,
+                    "image": {"reference": source.image_reference, "pullPolicy": "IfNotPresent"},
+                }
+            )
+        mounts.append({"name": name, "mountPath": f"{MODEL_MOUNT_ROOT}/{role}", "readOnly": True})
+    return volumes, mounts
+
+
+def _hub_token_secret(spec: RagIndexSpec) -> tuple[bool, str | None]:
+    """Whether a model comes from the hub, and the Secret holding its token (one HF_TOKEN per
+    pod: the embedder's Secret, else the reranker's)."""
+    hub = [
+        s
+        for s, used in ((spec.embedder.source, True), (spec.reranker.source, spec.reranker.enabled))
+        if used and s.kind == "hub"
+    ]
+    return bool(hub), next((s.token_secret for s in hub if s.token_secret), None)
 
 
 def _secret_env(name: str, secret: str, key: str) -> dict[str, Any]:
@@ -157,6 +262,11 @@ def _pod_env(
         env.append(_secret_env(GENERATOR_API_KEY_ENV, spec.generator.api_key_secret, "api-key"))
     if spec.auth_secret:
         env.append({"name": AUTH_DIR_ENV, "value": AUTH_MOUNT})
+    hub, token_secret = _hub_token_secret(spec)
+    if hub:  # models/embedder.py downloads hub sources; pods without one stay offline
+        env.append({"name": "HF_HUB_OFFLINE", "value": "0"})
+        if token_secret:
+            env.append(_secret_env("HF_TOKEN", token_secret, "token"))
     env.append(_secret_env(REPORT_TOKEN_ENV, report_token_secret(name), REPORT_TOKEN_KEY))
     return env
 
@@ -201,6 +311,41 @@ _SA_TOKEN_VOLUME: dict[str, Any] = {
 }
 
 
+EMBEDDER_GROUP = "gpu-embedder"
+
+
+RERANKER_GROUP = "gpu-reranker"
+
+
+# A GPU pool's pods each offer this much of the pool's marker resource and each replica of
+# its deployments asks for one unit: the marker only steers replicas to their pool's pods,
+# the GPUs stay what limits how many fit.
+POOL_RESOURCE_UNITS = 1000
+
+
+def _gpu_pools(layout: Iterable[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """The GPU deployments by the worker group (pool) that hosts them."""
+    pools: dict[str, list[dict[str, Any]]] = {}
+    for d in layout:
+        if d["ray_actor_options"]["num_gpus"] == 0:
+            continue
+        group = RERANKER_GROUP if d["name"] == RERANKER else EMBEDDER_GROUP
+        if d["name"] not in (RERANKER, QUERY_EMBEDDER, INGEST_EMBEDDER):
+            raise ValueError(f"deployment {d['name']} asks for GPUs but has no GPU pool")
+        pools.setdefault(group, []).append(d)
+    return pools
+
+
+def _pin_to_pools(serve: dict[str, Any], pools: Mapping[str, list[dict[str, Any]]]) -> None:
+    """Each GPU deployment asks for one unit of its pool's marker resource, so Ray places
+    its replicas (and the autoscaler adds pods) in that pool only."""
+    group_of = {d["name"]: group for group, ds in pools.items() for d in ds}
+    for app in serve["applications"]:
+        for d in app["deployments"]:
+            if d["name"] in group_of:
+                d["ray_actor_options"]["resources"] = {group_of[d["name"]]: 1}
+
+
 def render_ray_service(
     name: str,
     namespace: str,
@@ -219,14 +364,19 @@ def render_ray_service(
         port=SERVE_PORT,
     )
     layout = deployment_layout(spec, "cluster")
-    on_gpu = [d for d in layout if d["ray_actor_options"]["num_gpus"] > 0]
+    gpu_pools = _gpu_pools(layout)
+    _pin_to_pools(serve, gpu_pools)
     on_cpu = [d for d in layout if d["ray_actor_options"]["num_gpus"] == 0]
     env = _pod_env(spec, name, namespace, options)
     volumes, mounts = _volumes(spec)
+    model_volumes, model_mounts = _model_volumes(spec)
     pod_labels = labels(name, generation)
     scratch = spec.storage_size
+    image = spec.image or options.image
 
-    def template(container: dict[str, Any], extra_volumes: Iterable[Any] = ()) -> dict[str, Any]:
+    def template(
+        container: dict[str, Any], pool: PodTemplate, extra_volumes: Iterable[Any] = ()
+    ) -> dict[str, Any]:
         return {
             "metadata": {"labels": dict(pod_labels)},
             "spec": {
@@ -240,11 +390,20 @@ def render_ray_service(
                 },
                 "containers": [container],
                 "volumes": [*volumes, *extra_volumes],
+                **_placement(pool),
             },
         }
 
+    pods = spec.pods
     head = _container(
-        "ray-head", options, options.head_cpus, options.head_memory, env, mounts, scratch
+        "ray-head",
+        image,
+        options,
+        pool_size(pods.head, options.head_cpus, options.head_memory),
+        pods.head,
+        env,
+        mounts,
+        scratch,
     )
     head["ports"] = [
         {"name": "gcs", "containerPort": 6379},
@@ -254,60 +413,51 @@ def render_ray_service(
     ]
     metrics_port = [{"name": METRICS_PORT_NAME, "containerPort": METRICS_PORT, "protocol": "TCP"}]
 
-    def worker(container: dict[str, Any]) -> dict[str, Any]:
-        """A worker container: its pod's ragindex processes serve their metrics (the head
-        runs no replica)."""
-        return {**container, "ports": copy.deepcopy(metrics_port)}
+    def worker(size: tuple[float, str, int], pool: PodTemplate) -> dict[str, Any]:
+        """A worker pod's template: its ragindex processes serve their metrics (the head runs
+        no replica), and the model volumes are mounted (every worker may load a model)."""
+        container = _container(
+            "ray-worker", image, options, size, pool, env, [*mounts, *model_mounts], scratch
+        )
+        container["ports"] = copy.deepcopy(metrics_port)
+        return template(container, pool, copy.deepcopy(model_volumes))
 
     cpu_lo, cpu_hi = _demand(on_cpu, "num_cpus")
-    cpu_per_pod = options.cpu_worker_cpus
+    cpu_size = pool_size(pods.cpu_workers, options.cpu_worker_cpus, options.cpu_worker_memory)
+    # Said to Ray outright: a pool may set only a CPU request, which Ray would not count.
+    ray_cpus = max(1, math.floor(cpu_size[0]))
     workers = [
         {
             "groupName": "cpu",
-            "replicas": _pods(cpu_lo, cpu_per_pod),
-            "minReplicas": _pods(cpu_lo, cpu_per_pod),
-            "maxReplicas": max(1, _pods(cpu_hi, cpu_per_pod)),
-            "rayStartParams": {},
-            "template": template(
-                worker(
-                    _container(
-                        "ray-worker",
-                        options,
-                        cpu_per_pod,
-                        options.cpu_worker_memory,
-                        env,
-                        mounts,
-                        scratch,
-                    )
-                )
-            ),
+            "replicas": _pods(cpu_lo, ray_cpus),
+            "minReplicas": _pods(cpu_lo, ray_cpus),
+            "maxReplicas": max(1, _pods(cpu_hi, ray_cpus)),
+            "rayStartParams": {"num-cpus": str(ray_cpus)},
+            "template": worker(cpu_size, pods.cpu_workers),
         }
     ]
-    if on_gpu:
-        per_replica = max(d["ray_actor_options"]["num_gpus"] for d in on_gpu)
-        gpus_per_pod = max(1, math.ceil(per_replica))
-        gpu_lo, gpu_hi = _demand(on_gpu, "num_gpus")
+    for group, pool_deployments in gpu_pools.items():
+        pool = pods.embedders if group == EMBEDDER_GROUP else pods.rerankers
+        per_replica = max(
+            1, math.ceil(max(d["ray_actor_options"]["num_gpus"] for d in pool_deployments))
+        )
+        size = pool_size(pool, options.gpu_worker_cpus, options.gpu_worker_memory, per_replica)
+        if size[2] < per_replica:
+            field = "embedders" if group == EMBEDDER_GROUP else "rerankers"
+            raise InvalidInput(
+                f"pods.{field}.resources nvidia.com/gpu is {size[2]}: one {group} pod must hold"
+                f" a replica's {per_replica} GPU(s)"
+            )
+        gpu_lo, gpu_hi = _demand(pool_deployments, "num_gpus")
         workers.append(
             {
-                "groupName": "gpu",
-                "replicas": _pods(gpu_lo, gpus_per_pod),
-                "minReplicas": _pods(gpu_lo, gpus_per_pod),
-                "maxReplicas": max(1, _pods(gpu_hi, gpus_per_pod)),
-                "rayStartParams": {},
-                "template": template(
-                    worker(
-                        _container(
-                            "ray-worker",
-                            options,
-                            options.gpu_worker_cpus,
-                            options.gpu_worker_memory,
-                            env,
-                            mounts,
-                            scratch,
-                            gpus=gpus_per_pod,
-                        )
-                    )
-                ),
+                "groupName": group,
+                "replicas": _pods(gpu_lo, size[2]),
+                "minReplicas": _pods(gpu_lo, size[2]),
+                "maxReplicas": max(1, _pods(gpu_hi, size[2])),
+                # The pool's marker resource: only its own deployments ask for it.
+                "rayStartParams": {"resources": f'"{{\\"{group}\\": {POOL_RESOURCE_UNITS}}}"'},
+                "template": worker(size, pool),
             }
         )
     return {
@@ -334,7 +484,7 @@ def render_ray_service(
                     # Serve config and reads its status through the head Service on 8265;
                     # the token and the NetworkPolicy are what guard it.
                     "rayStartParams": {"dashboard-host": "0.0.0.0", "num-cpus": "0"},
-                    "template": template(head, [copy.deepcopy(_SA_TOKEN_VOLUME)]),
+                    "template": template(head, pods.head, [copy.deepcopy(_SA_TOKEN_VOLUME)]),
                 },
                 "workerGroupSpecs": workers,
             },

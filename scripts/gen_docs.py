@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Regenerate the docs site's reference pages (configuration, Helm values, HTTP API) from the
-code; `--check` writes nothing and exits 1 when a committed page is out of date."""
+"""Regenerate the docs site's reference pages (configuration, Helm values, HTTP API) and the
+chart's README from the code; `--check` writes nothing and exits 1 when a committed page is out
+of date."""
 
 import sys
 

@@ -61,7 +61,7 @@ def local_token_counter(spec: RagIndexSpec) -> Callable[[str], int] | None:
     count is the tokenizer.json alone); None for the others, which count in the pool."""
     if spec.embedder.backend not in ONNX_BACKENDS:
         return None
-    return TokenCounter(resolve_model_path(spec.embedder.model))
+    return TokenCounter(resolve_model_path(spec.embedder.model, spec.embedder.source))
 
 
 class Ingest:

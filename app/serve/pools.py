@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from ray import serve
@@ -16,11 +16,48 @@ from ragindex.app.serve.hops import Served, to_ms
 from ragindex.app.serve.observability import setup_replica
 from ragindex.app.serve.threads import limit_threads
 from ragindex.config import RagIndexSpec
-from ragindex.models import load_embedder, load_reranker
-from ragindex.protocols import Vectors
+from ragindex.models import load_embedder, load_reranker, resolve_model_path
+from ragindex.protocols import Embedder, Reranker, Vectors
 from ragindex.types import ModelIdentity
 
 EMBED_BATCH_WAIT_S = 0.0
+T = TypeVar("T")
+
+
+class ModelUnavailable(RuntimeError):
+    """A model pool's replica cannot load its model: Serve reports the message as the
+    deployment's failure, and the RayService stays not ready with it."""
+
+
+def _load_or_explain(role: str, model: str, source: str, load: Callable[[], T]) -> T:
+    """The loaded model, or ModelUnavailable naming the model, its source and the cause, in
+    the words the operator uses for its ModelUnavailable condition."""
+    try:
+        return load()
+    except Exception as e:  # loaders raise many kinds (missing files, bad configs, no CUDA)
+        raise ModelUnavailable(f"{role} model {model!r} ({source}) cannot load: {e}") from e
+
+
+def pool_embedder(spec: dict[str, Any]) -> Embedder:
+    """The embedder pool's model, or ModelUnavailable."""
+    embedder = RagIndexSpec.model_validate(spec).embedder
+    return _load_or_explain(
+        "embedder", embedder.model, embedder.source.kind, lambda: load_embedder(embedder)
+    )
+
+
+def pool_reranker(spec: dict[str, Any]) -> Reranker:
+    """The reranker pool's model, or ModelUnavailable. The reranker loads from a directory:
+    a volume or hub source's is resolved here."""
+    reranker = RagIndexSpec.model_validate(spec).reranker
+
+    def load() -> Reranker:
+        if reranker.source.kind == "packaged":
+            return load_reranker(reranker)
+        path = resolve_model_path(reranker.model, reranker.source, role="reranker")
+        return load_reranker(reranker.model_copy(update={"model": str(path)}))
+
+    return _load_or_explain("reranker", reranker.model, reranker.source.kind, load)
 
 
 class EmbedderPool:
@@ -29,7 +66,7 @@ class EmbedderPool:
     def __init__(self, spec: dict[str, Any]) -> None:
         setup_replica("embedder")
         limit_threads()
-        self.embedder = load_embedder(RagIndexSpec.model_validate(spec).embedder)
+        self.embedder = pool_embedder(spec)
 
     def describe(self) -> tuple[ModelIdentity, int]:
         return self.embedder.identity, self.embedder.max_seq_length
@@ -58,7 +95,7 @@ class RerankerPool:
     def __init__(self, spec: dict[str, Any]) -> None:
         setup_replica("reranker")
         limit_threads()
-        self.reranker = load_reranker(RagIndexSpec.model_validate(spec).reranker)
+        self.reranker = pool_reranker(spec)
 
     def score(self, query: str, passages: list[str]) -> Served[list[float]]:
         started = time.perf_counter()

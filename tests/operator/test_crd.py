@@ -104,15 +104,30 @@ def _assert_model_covered(model: type[BaseModel], schema: dict[str, Any], path: 
     assert set(schema["properties"]) == {f.alias or n for n, f in model.model_fields.items()}
 
 
+def _without_empty(node: Any) -> Any:
+    """The value with empty lists and maps removed, recursively."""
+    if isinstance(node, dict):
+        kept = {k: _without_empty(v) for k, v in node.items()}
+        return {k: v for k, v in kept.items() if v not in ({}, [])}
+    if isinstance(node, list):
+        return [_without_empty(v) for v in node]
+    return node
+
+
 def test_every_field_of_the_model_is_in_the_schema() -> None:
     _assert_model_covered(RagIndexSpec, _spec_schema(), "spec")
 
 
 def test_schema_is_structural() -> None:
     for node in _walk(_spec_schema()):
-        assert not {"$ref", "anyOf", "oneOf", "allOf", "title", "additionalProperties"} & set(
+        assert not {"$ref", "anyOf", "oneOf", "allOf", "title"} & set(
             node.keys() - {"properties"}
         ), node
+        # A map's values have a schema (a structural map); free-form objects say so instead.
+        values = node.get("additionalProperties")
+        assert values is None or isinstance(values, dict), node
+        if node.get("type") == "object" and "properties" not in node and values is None:
+            assert node.get("x-kubernetes-preserve-unknown-fields") is True, node
 
 
 def test_bounds_enums_and_defaults_carry_over() -> None:
@@ -156,6 +171,9 @@ def test_every_model_validator_has_a_cel_rule() -> None:
         " ivf_pq (FAISS cannot train on fewer vectors)",
         # A transition rule: pydantic never sees the old spec, the API server does.
         "log.docsPartitions cannot decrease (Kafka never removes partitions)",
+        "source.kind volume needs exactly one of claimName or imageReference",
+        "source.claimName, imageReference and path are only valid with volume",
+        "source.tokenSecret is only valid with kind hub",
     }
     assert set(crd_module._CEL) <= {"RagIndexSpec", *RagIndexSpec.model_json_schema()["$defs"]}
 
@@ -185,7 +203,8 @@ def test_empty_spec_is_defaulted_exactly_like_pydantic(kube_cluster, kube_namesp
     expected = RagIndexSpec.model_validate({}).model_dump(
         mode="json", by_alias=True, exclude_none=True
     )
-    assert got["spec"] == expected
+    # An empty list or map (e.g. pods.head.tolerations) is stored as absent: the same spec.
+    assert _without_empty(got["spec"]) == _without_empty(expected)
     assert RagIndexSpec.model_validate(got["spec"]) == RagIndexSpec.model_validate({})
 
 
@@ -326,6 +345,42 @@ INVALID: dict[str, tuple[dict[str, Any], list[str]]] = {
     "unknown-index-type": (
         {"dense": {"index": {"type": "ivf_flat"}}},
         ["spec.dense.index.type", "Unsupported value", "ivf_flat"],
+    ),
+    "volume-source-without-claim": (
+        {"embedder": {"source": {"kind": "volume", "path": "bge"}}},
+        ["spec.embedder.source.claimName", "needs exactly one of claimName or imageReference"],
+    ),
+    "volume-source-with-claim-and-image": (
+        {"reranker": {"source": {"kind": "volume", "claimName": "m", "imageReference": "r/m"}}},
+        ["spec.reranker.source.claimName", "needs exactly one of claimName or imageReference"],
+    ),
+    "claim-on-packaged-source": (
+        {"embedder": {"source": {"claimName": "models"}}},
+        ["spec.embedder.source.claimName", "only valid with volume"],
+    ),
+    "token-secret-on-volume-source": (
+        {"embedder": {"source": {"kind": "volume", "claimName": "m", "tokenSecret": "hf"}}},
+        ["spec.embedder.source.tokenSecret", "only valid with kind hub"],
+    ),
+    "unknown-source-kind": (
+        {"embedder": {"source": {"kind": "s3"}}},
+        ["spec.embedder.source.kind", "Unsupported value", "s3"],
+    ),
+    "toleration-unknown-operator": (
+        {"pods": {"embedders": {"tolerations": [{"key": "gpu", "operator": "Matches"}]}}},
+        ["spec.pods.embedders.tolerations[0].operator", "Unsupported value", "Matches"],
+    ),
+    "spread-without-topology-key": (
+        {"pods": {"cpuWorkers": {"topologySpreadConstraints": [{"maxSkew": 1}]}}},
+        ["spec.pods.cpuWorkers.topologySpreadConstraints[0].topologyKey", "Required value"],
+    ),
+    "node-selector-not-strings": (
+        {"pods": {"head": {"nodeSelector": {"zone": 5}}}},
+        ["spec.pods.head.nodeSelector.zone", "string"],
+    ),
+    "es-storage-size-not-a-quantity": (
+        {"lexical": {"managed": {"storage": {"size": "lots"}}}},
+        ["spec.lexical.managed.storage.size", "should match"],
     ),
 }
 
@@ -576,3 +631,31 @@ def test_children_owned_by_a_ragindex_are_garbage_collected(kube_cluster, kube_n
             return
         time.sleep(0.5)
     pytest.fail("the owned ConfigMap outlived its RagIndex by 60 s")
+
+
+@pytest.mark.kubernetes
+def test_kubectl_explain_shows_the_model_and_pod_fields(kube_cluster) -> None:
+    """The published schema carries the new fields' descriptions down to list items."""
+    cases = {
+        "ragindex.spec.embedder.source": ["kind", "claimName", "tokenSecret", "packaged"],
+        "ragindex.spec.pods.embedders.tolerations": ["NoSchedule", "tolerationSeconds"],
+        "ragindex.spec.pods.head.resources": ["limits", "requests"],
+        "ragindex.spec.image": ["appVersion"],
+        "ragindex.spec.lexical.managed.storage": ["storageClassName", "size"],
+    }
+    for field, words in cases.items():
+        out = wait_explain(kube_cluster, field)
+        for word in words:
+            assert word in out, f"{field}: {word!r} not in\n{out}"
+
+
+def wait_explain(kube_cluster: Any, field: str) -> str:
+    """`kubectl explain` of a field, once the API server publishes the CRD's openAPI (a few
+    seconds after the CRD is established)."""
+    deadline = time.monotonic() + 60
+    while True:
+        proc = kube_cluster.kubectl("explain", field, check=False)
+        if proc.returncode == 0 or time.monotonic() > deadline:
+            assert proc.returncode == 0, proc.stderr
+            return str(proc.stdout)
+        time.sleep(1)

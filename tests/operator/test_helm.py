@@ -88,7 +88,8 @@ def test_default_render(kube_cluster) -> None:
 
 
 def test_rbac_is_least_privilege(kube_cluster) -> None:
-    rules = _one(_render(kube_cluster), "ClusterRole")["rules"]
+    objs = _render(kube_cluster)
+    rules = objs[("ClusterRole", "rio-ragindex-operator")]["rules"]
     granted = {(g, r) for rule in rules for g in rule["apiGroups"] for r in rule["resources"]}
     assert granted == {
         ("ragindex.dev", "ragindexes"),
@@ -103,13 +104,16 @@ def test_rbac_is_least_privilege(kube_cluster) -> None:
         ("", "configmaps"),
         ("", "services"),
         ("", "persistentvolumeclaims"),
-        ("", "secrets"),
         ("", "events"),
         ("events.k8s.io", "events"),
         ("apiextensions.k8s.io", "customresourcedefinitions"),
         ("", "namespaces"),
     }
-    for rule in rules:
+    # Secrets are a ClusterRole of their own, bound by nobody until a namespace's owner does.
+    (secrets,) = objs[("ClusterRole", "rio-ragindex-operator-secrets")]["rules"]
+    bound = {b["roleRef"]["name"] for (kind, _), b in objs.items() if kind == "ClusterRoleBinding"}
+    assert bound == {"rio-ragindex-operator"}
+    for rule in [*rules, secrets]:
         assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"], rule
         if "customresourcedefinitions" in rule["resources"]:
             assert set(rule["verbs"]) <= {"get", "list", "watch"}, rule
@@ -118,7 +122,8 @@ def test_rbac_is_least_privilege(kube_cluster) -> None:
             # made once: no enumeration, no change to an existing Secret.
             assert rule["resources"] == ["secrets"] and rule["verbs"] == ["get", "create"], rule
         if "persistentvolumeclaims" in rule["resources"]:
-            assert set(rule["verbs"]) == {"list", "delete"}, rule  # pruning legacy claims only
+            # A model's claim checked by name; pruning legacy claims.
+            assert set(rule["verbs"]) == {"get", "list", "delete"}, rule
 
 
 NAMESPACED_RESOURCES = {
@@ -182,7 +187,7 @@ def test_prod_render_enables_peering(kube_cluster) -> None:
     options, _ = parse_args(args)
     assert options.render.kuberay_namespace == "ray-system"
     assert _one(objs, "PodDisruptionBudget")["spec"]["minAvailable"] == 1
-    rules = _one(objs, "ClusterRole")["rules"]
+    rules = objs[("ClusterRole", "rio-ragindex-operator")]["rules"]
     groups = {g for rule in rules for g in rule["apiGroups"]}
     assert {"kopf.dev", "coordination.k8s.io"} <= groups
 
@@ -230,15 +235,17 @@ def test_install_creates_the_objects_and_uninstall_keeps_the_crd(kube_cluster) -
             ("patch", "ragindexes.ragindex.dev/status", "yes"),
             ("create", "rayservices.ray.io", "yes"),
             ("delete", "elasticsearches.elasticsearch.k8s.elastic.co", "yes"),
-            ("get", "secrets", "yes"),
+            # Watching every namespace, Secrets only where a RoleBinding allows them.
+            ("get", "secrets", "no"),
             ("list", "secrets", "no"),
             ("watch", "secrets", "no"),
-            ("create", "secrets", "yes"),
+            ("create", "secrets", "no"),
             ("patch", "secrets", "no"),
             ("update", "secrets", "no"),
             ("delete", "secrets", "no"),
             ("create", "persistentvolumeclaims", "no"),
             ("delete", "persistentvolumeclaims", "yes"),
+            ("get", "persistentvolumeclaims", "yes"),
             ("create", "kafkatopics.kafka.strimzi.io", "yes"),
             ("create", "networkpolicies.networking.k8s.io", "yes"),
             ("create", "pods", "no"),
@@ -341,3 +348,23 @@ def test_operator_image_installs_no_heavy_dependency() -> None:
     for heavy in ("torch", "faiss", "ray", "sentence-transformers", "FlagEmbedding"):
         assert heavy not in install
     assert "--no-deps" in text and "USER 65532" in text
+
+
+@pytest.mark.kubernetes
+def test_ray_image_defaults_to_the_chart_app_version(kube_cluster) -> None:
+    app_version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+
+    def image_flag(*args: str) -> str:
+        (container,) = _one(_render(kube_cluster, *args), "Deployment")["spec"]["template"]["spec"][
+            "containers"
+        ]
+        (flag,) = [a for a in container["args"] if a.startswith("--image=")]
+        return str(flag)
+
+    assert image_flag() == f"--image=ghcr.io/ragindex/ray:{app_version}"
+    assert image_flag("--set", "operator.rayImageRepository=reg.local/ray") == (
+        f"--image=reg.local/ray:{app_version}"
+    )
+    assert image_flag("--set", "operator.rayImage=reg.local/ray:pinned") == (
+        "--image=reg.local/ray:pinned"
+    )

@@ -24,6 +24,7 @@ import yaml
 from kopf.testing import KopfRunner
 from lightkube import Client, codecs
 from lightkube.core.exceptions import ApiError
+from lightkube.models.core_v1 import PersistentVolumeClaimSpec, VolumeResourceRequirements
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import ConfigMap, PersistentVolumeClaim, Secret, Service
 from lightkube.resources.networking_v1 import NetworkPolicy
@@ -189,6 +190,18 @@ def create_secret(
     client.create(secret, namespace=namespace)
 
 
+def create_claim(client: Client, namespace: str, name: str) -> None:
+    """A PersistentVolumeClaim as a user would make one for model weights."""
+    claim = PersistentVolumeClaim(
+        metadata=ObjectMeta(name=name, namespace=namespace),
+        spec=PersistentVolumeClaimSpec(
+            accessModes=["ReadOnlyMany"],
+            resources=VolumeResourceRequirements(requests={"storage": "5Gi"}),
+        ),
+    )
+    client.create(claim, namespace=namespace)
+
+
 def token_secret_for(client: Client, namespace: str, index: str, name: str) -> None:
     """The token Secret a RagIndex may mount: labelled for that index."""
     create_secret(client, namespace, name, {SECRET_LABEL: index})
@@ -259,6 +272,7 @@ def test_example_is_applied_owned_and_follows_edits(
     ns = kube_namespace
     example = yaml.safe_load(EXAMPLE.read_text())
     token_secret_for(client, ns, "docs", example["spec"]["authSecret"])
+    create_claim(client, ns, "models")  # the example's models come from this volume
     created = create_index(client, ns, "docs", example["spec"])
     uid = created.metadata.uid
     gen = index_generation(RagIndexSpec.model_validate(example["spec"]))
@@ -294,8 +308,9 @@ def test_example_is_applied_owned_and_follows_edits(
     assert chunks["config"]["cleanup.policy"] == "compact"
     snapshots = topics[f"ragindex.{ns}.docs.snapshots.{gen}"]["spec"]
     assert (snapshots["partitions"], snapshots["config"]["cleanup.policy"]) == (4, "delete")
-    # No claim at all, so none that needs ReadWriteMany; Ray auth is on.
-    assert list(client.list(PersistentVolumeClaim, namespace=ns)) == []
+    # No claim but the user's model volume, so none that needs ReadWriteMany; Ray auth is on.
+    claims = [c.metadata.name for c in client.list(PersistentVolumeClaim, namespace=ns)]
+    assert claims == ["models"]
     assert rs["spec"]["rayClusterConfig"]["authOptions"] == {"mode": "token"}
 
     status = wait_for(
@@ -466,6 +481,7 @@ def test_delete_removes_every_child(
     ns = kube_namespace
     example = yaml.safe_load(EXAMPLE.read_text())
     token_secret_for(client, ns, "gone", "gone-tokens")
+    create_claim(client, ns, "models")
     create_index(client, ns, "gone", {**example["spec"], "authSecret": "gone-tokens"})
     gen = index_generation(RagIndexSpec.model_validate(example["spec"]))
     rs_name = ray_service_name("gone", gen)
@@ -596,3 +612,108 @@ def test_only_a_secret_labelled_for_the_index_is_mounted(
     head = rs["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]
     assert {"name": "auth", "secret": {"secretName": "plain-tokens"}} in head["volumes"]
     assert plain(client.get(ConfigMap, "guard-stray", namespace=ns))["data"] == {"k": "v"}
+
+
+def test_gpu_pool_on_tainted_nodes_with_a_model_on_a_claim_is_applied(
+    client: Client, kube_namespace: str, operator: KopfRunner
+) -> None:
+    ns = kube_namespace
+    token_secret_for(client, ns, "gpu", "gpu-tokens")
+    create_claim(client, ns, "weights")
+    taint = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    spec = {
+        **CLUSTER,
+        "authSecret": "gpu-tokens",
+        "image": "registry.local/ragindex-gpu:1",
+        "embedder": {
+            "backend": "sentence-transformers",
+            "model": "BAAI/bge-base-en-v1.5",
+            "gpus": 1,
+            "source": {"kind": "volume", "claimName": "weights", "path": "bge-base"},
+        },
+        "pods": {
+            "embedders": {
+                "resources": {"limits": {"nvidia.com/gpu": 1, "memory": "24Gi"}},
+                "nodeSelector": {"nvidia.com/gpu.present": "true"},
+                "tolerations": [taint],
+                "priorityClassName": "gpu-batch",
+            },
+            "head": {"resources": {"requests": {"cpu": "500m"}}},
+        },
+        "lexical": {
+            "backend": "elasticsearch",
+            "managed": {"storage": {"size": "50Gi", "storageClassName": "fast"}},
+        },
+    }
+    create_index(client, ns, "gpu", spec)
+    rs_name = ray_service_name("gpu", index_generation(RagIndexSpec.model_validate(spec)))
+    # Admitted by the real API server under KubeRay's and ECK's schemas.
+    rs = plain(wait_for("RayService", lambda: get_or_none(client, RayService, rs_name, ns)))
+    cluster = rs["spec"]["rayClusterConfig"]
+    groups = {g["groupName"]: g for g in cluster["workerGroupSpecs"]}
+    assert set(groups) == {"cpu", "gpu-embedder"}
+    pod = groups["gpu-embedder"]["template"]["spec"]
+    assert pod["tolerations"] == [taint]
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert pod["priorityClassName"] == "gpu-batch"
+    (container,) = pod["containers"]
+    assert container["image"] == "registry.local/ragindex-gpu:1"
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert container["resources"]["limits"]["memory"] == "24Gi"
+    claim = {"claimName": "weights", "readOnly": True}
+    assert {"name": "model-embedder", "persistentVolumeClaim": claim} in pod["volumes"]
+    mount = {"name": "model-embedder", "mountPath": "/models/embedder", "readOnly": True}
+    assert mount in container["volumeMounts"]
+    # The CPU workers load the embedder's tokenizer too, so they mount the volume; the pool's
+    # placement stays on the GPU pool.
+    cpu_pod = groups["cpu"]["template"]["spec"]
+    assert mount in cpu_pod["containers"][0]["volumeMounts"] and "tolerations" not in cpu_pod
+    head = cluster["headGroupSpec"]["template"]["spec"]["containers"][0]
+    assert head["resources"]["requests"]["cpu"] == "500m"
+    es = plain(wait_for("Elasticsearch", lambda: get_or_none(client, Elasticsearch, "gpu-es", ns)))
+    (volume,) = es["spec"]["nodeSets"][0]["volumeClaimTemplates"]
+    assert volume["spec"]["resources"]["requests"]["storage"] == "50Gi"
+    assert volume["spec"]["storageClassName"] == "fast"
+    status = wait_for(
+        "Reconciled", lambda: condition(s := status_of(client, "gpu", ns), "Reconciled") and s
+    )
+    assert condition(status, "Reconciled")["status"] == "True"
+
+
+def test_a_model_that_cannot_load_is_model_unavailable_and_nothing_is_applied(
+    client: Client, kube_namespace: str, operator: KopfRunner
+) -> None:
+    ns = kube_namespace
+    token_secret_for(client, ns, "nomodel", "nomodel-tokens")
+    spec = {**CLUSTER, "authSecret": "nomodel-tokens", "embedder": {"model": "BAAI/bge-m3"}}
+    create_index(client, ns, "nomodel", spec)
+
+    def refused() -> dict[str, Any] | None:
+        status = status_of(client, "nomodel", ns)
+        return status if condition(status, "Reconciled").get("reason") else None
+
+    reconciled = condition(wait_for("the first reconcile", refused), "Reconciled")
+    assert (reconciled["status"], reconciled["reason"]) == ("False", "ModelUnavailable")
+    assert "embedder model 'BAAI/bge-m3' (packaged) cannot load" in reconciled["message"]
+    assert "not packaged in the image" in reconciled["message"]
+    assert list(client.list(RayService, namespace=ns)) == []
+
+    # A volume source whose claim is missing names the claim; creating it lets it apply.
+    source = {"kind": "volume", "claimName": "late-weights"}
+    patch_spec(client, ns, "nomodel", {"embedder": {"source": source}})
+    status = wait_for(
+        "the claim named",
+        lambda: (
+            "late-weights"
+            in condition(s := status_of(client, "nomodel", ns), "Reconciled").get("message", "")
+            and s
+        ),
+    )
+    assert condition(status, "Reconciled")["reason"] == "ModelUnavailable"
+    assert condition(status, "Degraded")["status"] == "True"
+    create_claim(client, ns, "late-weights")
+    wait_for(
+        "applied once the claim exists",
+        lambda: condition(status_of(client, "nomodel", ns), "Reconciled").get("status") == "True",
+    )
+    wait_for("its RayService", lambda: list(client.list(RayService, namespace=ns)))

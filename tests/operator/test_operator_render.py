@@ -142,10 +142,26 @@ def test_gpu_worker_group_only_when_gpus_are_asked_for() -> None:
     groups = one(render("idx", "ns", spec), "RayService")["spec"]["rayClusterConfig"][
         "workerGroupSpecs"
     ]
-    gpu = {g["groupName"]: g for g in groups}["gpu"]
-    limits = gpu["template"]["spec"]["containers"][0]["resources"]["limits"]
+    by_name = {g["groupName"]: g for g in groups}
+    assert set(by_name) == {"cpu", "gpu-embedder", "gpu-reranker"}  # one pool per model
+    embedders, rerankers = by_name["gpu-embedder"], by_name["gpu-reranker"]
+    limits = rerankers["template"]["spec"]["containers"][0]["resources"]["limits"]
     assert limits["nvidia.com/gpu"] == "2"  # one pod must hold the largest replica
-    assert 1 <= gpu["minReplicas"] <= gpu["maxReplicas"]
+    limits = embedders["template"]["spec"]["containers"][0]["resources"]["limits"]
+    assert limits["nvidia.com/gpu"] == "1"
+    for group in (embedders, rerankers):
+        assert 1 <= group["minReplicas"] <= group["maxReplicas"]
+    # Each GPU deployment asks for its pool's marker resource, which only its pool offers.
+    deployments = {
+        d["name"]: d["ray_actor_options"]
+        for d in serve_config(render("idx", "ns", spec))["applications"][0]["deployments"]
+    }
+    assert deployments["Reranker"]["resources"] == {"gpu-reranker": 1}
+    assert deployments["QueryEmbedder"]["resources"] == {"gpu-embedder": 1}
+    assert deployments["IngestEmbedder"]["resources"] == {"gpu-embedder": 1}
+    assert "resources" not in deployments["Router"]
+    assert "gpu-reranker" in rerankers["rayStartParams"]["resources"]
+    assert "gpu-embedder" in embedders["rayStartParams"]["resources"]
 
 
 def test_elasticsearch_only_when_managed() -> None:

@@ -315,6 +315,8 @@ def test_ragindex_on_real_pods(
         "--namespace", "ragindex-system", "--create-namespace",
         "--set", "image.repository=ragindex/operator", "--set", "image.tag=dev",
         "--set", "image.pullPolicy=Never", "--set", "operator.rayImage=ragindex/ray:dev",
+        # Every namespace is watched; the RagIndex's namespace is made after the install.
+        "--set", "rbac.clusterWideSecrets=true",
         "--set-json", f"operator.extraArgs={json.dumps(OPERATOR_ARGS)}",
         "--wait", "--timeout=5m",
         timeout=360,

@@ -43,8 +43,8 @@ app.kubernetes.io/part-of: ragindex
 {{- include "ragindex-operator.fullname" . }}
 {{- end }}
 
-{{/* The operator's rules on namespaced objects: a ClusterRole's when it watches every
-namespace, else a Role's in each watched one (rbac.yaml). */}}
+{{/* The operator's rules on namespaced objects but Secrets: a ClusterRole's when it watches
+every namespace, else a Role's in each watched one (rbac.yaml). */}}
 {{- define "ragindex-operator.namespacedRules" -}}
 # The resource it reconciles, its status, and finalizers (owner references with
 # blockOwnerDeletion need update on the owner's finalizers).
@@ -73,18 +73,11 @@ namespace, else a Role's in each watched one (rbac.yaml). */}}
 - apiGroups: [""]
   resources: ["configmaps", "services"]
   verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
-# Only to prune the shared data claim an older operator version created.
+# Get by name: a model on a volume names its claim, which must exist (else ModelUnavailable).
+# List and delete: only to prune the shared data claim an older operator version created.
 - apiGroups: [""]
   resources: ["persistentvolumeclaims"]
-  verbs: ["list", "delete"]
-# Get by name and create only (no list, no watch, no update): the operator reads the labels
-# of the Secrets a RagIndex names, to refuse any without ragindex.dev/secret-for=<index>, and
-# makes one Secret per RagIndex, <name>-report-token, the credential its generations' Routers
-# ask of whoever reads their build report (the operator itself). KubeRay creates the Ray token
-# Secret, ECK the Elasticsearch one; pods reference them directly.
-- apiGroups: [""]
-  resources: ["secrets"]
-  verbs: ["get", "create"]
+  verbs: ["get", "list", "delete"]
 - apiGroups: ["", "events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]
@@ -98,4 +91,23 @@ namespace, else a Role's in each watched one (rbac.yaml). */}}
   resources: ["leases"]
   verbs: ["get", "list", "watch", "create", "update", "patch"]
 {{- end }}
+{{- end }}
+
+{{/* The operator's rules on Secrets, in the RagIndex's own namespace: in each watched
+namespace's Role, else in a ClusterRole bound per namespace (or cluster-wide when asked). */}}
+{{- define "ragindex-operator.secretRules" -}}
+# Get by name and create only (no list, no watch, no update): the operator reads the labels
+# of the Secrets a RagIndex names, to refuse any without ragindex.dev/secret-for=<index>, and
+# the `elastic` password ECK writes for a managed Elasticsearch, and makes one Secret per
+# RagIndex, <name>-report-token, the credential its generations' Routers ask of whoever reads
+# their build report (the operator itself). KubeRay creates the Ray token Secret, ECK the
+# Elasticsearch one; pods reference them directly.
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get", "create"]
+{{- end }}
+
+{{/* The ClusterRole holding secretRules when the operator watches every namespace. */}}
+{{- define "ragindex-operator.secretsRole" -}}
+{{- printf "%s-secrets" (include "ragindex-operator.fullname" .) }}
 {{- end }}
