@@ -27,6 +27,11 @@ class _Kube(BaseModel):
         extra="forbid", populate_by_name=True, alias_generator=to_camel, frozen=True
     )
 
+    def __hash__(self) -> int:
+        # Frozen like the rest of the spec, which is hashed (a dict and cache key), but these
+        # hold core/v1 maps and lists: hash what they say instead.
+        return hash(self.model_dump_json())
+
 
 class ResourceRequirements(_Kube):
     """A container's requests and limits, as core/v1 ResourceRequirements."""

@@ -118,3 +118,22 @@ def test_generator_keys_come_only_from_ragindex_generator_variables(name):
         RagIndexSpec.model_validate({"generator": spec["generator"] | {"apiKeyEnv": name}})
     good = spec["generator"] | {"apiKeyEnv": "RAGINDEX_GENERATOR_KEY"}
     assert RagIndexSpec.model_validate({"generator": good}).generator.api_key_env
+
+
+def test_a_spec_with_pod_templates_is_hashable_and_equal_specs_hash_alike() -> None:
+    # Specs are dict keys (generation records); pod templates hold core/v1 maps and lists.
+    raw = {
+        "pods": {
+            "embedders": {
+                "resources": {"limits": {"nvidia.com/gpu": 1}},
+                "nodeSelector": {"pool": "gpu"},
+                "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                "affinity": {"nodeAffinity": {}},
+            }
+        }
+    }
+    one, same = RagIndexSpec.model_validate(raw), RagIndexSpec.model_validate(raw)
+    other = RagIndexSpec.model_validate({"pods": {"embedders": {"nodeSelector": {"pool": "x"}}}})
+    assert {one: "a"}[same] == "a"
+    assert hash(one) == hash(same)
+    assert one != other and len({one, other}) == 2
