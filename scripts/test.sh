@@ -3,10 +3,11 @@
 # (Elasticsearch, Kafka, Debian's Chromium and chromedriver for the search page's browser test;
 # Prometheus and promtool; kube-apiserver + etcd + controller-manager, helm, kubectl, and for
 # the pods e2e a node's kubelet, scheduler, kube-proxy, CoreDNS, KubeRay and our images), static
-# checks, pytest, the product on real pods (helm install, kubectl apply, generations under load, autoscaling), then
-# the benchmarks' goals on small inputs (scripts/bench_check.sh) and the release gate (Cranfield
-# quality and latency ratios against measure/gate/baseline.json). Needs root (apt, containerd,
-# kubelet). Everything slow is cached under ${RAGINDEX_CACHE:-~/.cache/ragindex}.
+# checks, pytest, the product on real pods (helm install, kubectl apply, generations under load,
+# autoscaling), then the benchmarks' goals on small inputs (scripts/bench_check.sh) and the
+# release gate (quality on every bundled collection and latency ratios against
+# measure/gate/baseline.json). Needs root (apt, containerd, kubelet). Everything slow is cached
+# under ${RAGINDEX_CACHE:-~/.cache/ragindex}.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false
