@@ -60,6 +60,7 @@ from ragindex.lexical.documents import (
     validate_search,
 )
 from ragindex.lexical.feedback import bm25_search
+from ragindex.netutil.credentials import checked_ca_file, secret
 from ragindex.types import Chunk, ScoredId
 
 ALIAS_RE = re.compile(r"^[a-z][a-z0-9_]{0,99}$")
@@ -87,10 +88,10 @@ def make_client(
     has both off). Secrets files are read here; a setting that cannot work with `url` (a CA
     for plain http) is InvalidInput naming it."""
     conn = connection or ElasticsearchConnection()
-    ca_file = conn.checked_ca_file()
+    ca_file = checked_ca_file(conn)
     if ca_file is not None and not url.startswith("https://"):
         raise InvalidInput(f"ca_file ({conn.env_name('ca_file')}) is set but {url} is not https")
-    password, api_key = conn.secret("password"), conn.secret("api_key")
+    password, api_key = secret(conn, "password"), secret(conn, "api_key")
     return Elasticsearch(
         url,
         basic_auth=(conn.username, password) if conn.username and password else None,

@@ -16,6 +16,7 @@ from confluent_kafka import KafkaError
 
 from ragindex.config import KafkaConnection
 from ragindex.errors import InvalidInput
+from ragindex.netutil.credentials import checked_ca_file, secret
 
 # librdkafka's client-level error codes for a refused login and a failed TLS handshake.
 AUTHENTICATION_ERRORS = frozenset(
@@ -42,9 +43,9 @@ def client_config(
         config |= {
             "sasl.mechanism": conn.sasl_mechanism,
             "sasl.username": conn.username,
-            "sasl.password": conn.secret("password"),
+            "sasl.password": secret(conn, "password"),
         }
-    ca_file = conn.checked_ca_file()
+    ca_file = checked_ca_file(conn)
     if ca_file is not None:
         config["ssl.ca.location"] = ca_file
     return config | dict(settings or {})

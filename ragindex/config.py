@@ -9,7 +9,6 @@ rules in the CRD.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import ClassVar, Literal, Self
 
 from pydantic import (
@@ -806,7 +805,8 @@ def parse_spec(raw: object, where: str = "spec") -> RagIndexSpec:
 # -- connection settings ----------------------------------------------------------------------
 # Read from the environment of the process that connects (not part of the RagIndex spec): the
 # operator sets the variables and mounts Secrets as files, so `*_file` fields name a file whose
-# content is the secret. Secrets are `SecretStr` (masked in every repr) and never logged.
+# content is the secret. Secrets are `SecretStr` (masked in every repr) and never logged; the
+# files are read by the clients (ragindex.netutil.credentials), not here.
 
 
 class _ConnectionSettings(_Spec):
@@ -833,40 +833,9 @@ class _ConnectionSettings(_Spec):
             )
             raise InvalidInput(f"{cls.__name__} settings: {problems}") from err
 
-    def _named(self, field: str) -> str:
+    def named(self, field: str) -> str:
+        """`field (ENV_NAME)`, how errors name a setting."""
         return f"{field} ({self.env_name(field)})"
-
-    def secret(self, field: str) -> str | None:
-        """The secret `field`, from itself or from the file `<field>_file` names (read now, so
-        a rotated Secret is picked up by the next client); InvalidInput naming the setting when
-        the file cannot be read or is empty."""
-        value = getattr(self, field)
-        if isinstance(value, SecretStr):
-            return value.get_secret_value()
-        path = getattr(self, f"{field}_file")
-        if path is None:
-            return None
-        try:
-            content = Path(path).read_text().strip()
-        except OSError as err:
-            named = self._named(f"{field}_file")
-            raise InvalidInput(f"{named} {path}: {err.strerror or err}") from err
-        if not content:
-            raise InvalidInput(f"{self._named(f'{field}_file')} {path} is empty")
-        return content
-
-    def checked_ca_file(self) -> str | None:
-        """`ca_file` once it is known to be a readable PEM file, else InvalidInput naming it."""
-        path = getattr(self, "ca_file", None)
-        if path is None:
-            return None
-        try:
-            head = Path(path).read_text()
-        except (OSError, UnicodeDecodeError) as err:
-            raise InvalidInput(f"{self._named('ca_file')} {path}: {err}") from err
-        if "-----BEGIN CERTIFICATE-----" not in head:
-            raise InvalidInput(f"{self._named('ca_file')} {path} holds no PEM certificate")
-        return str(path)
 
 
 def _exclusive(settings: BaseModel, *fields: str) -> None:

@@ -37,12 +37,7 @@ mkdir -p "$BIN" "$ROOT/src"
 # One build at a time (parallel test sessions may all find the binaries missing).
 exec 9>"$ROOT/.build.lock"
 flock 9
-export GOMODCACHE="${GOMODCACHE_OVERRIDE:-$CACHE/go/mod}"
-export GOCACHE="${GOCACHE_OVERRIDE:-$CACHE/go/build}"
-export GOFLAGS="-trimpath -buildvcs=false -mod=mod"
-export GOMAXPROCS="${GOMAXPROCS:-2}"
-export CGO_ENABLED=0
-export GOTOOLCHAIN=local
+source "$(dirname "$0")/go_env.sh"
 
 log() { echo "[build_k8s $(date +%H:%M:%S)] $*"; }
 

@@ -1,7 +1,8 @@
 """ragindex.testing: contract suites every implementation of a protocol inherits in its tests.
 
 - `DenseIndexContract` (with `LogFedDense`, `chunks_log`, `IDENTITY`), `LexicalIndexContract`
-  (`random_corpus`), `LogContract` (`read_all`), `EmbedderContract` (`TEXTS`),
+  (`random_corpus`), `LogContract` (`read_all`), `EmbedderContract` (`TEXTS`,
+  `RecordingEmbedder`: a real embedder that records what it embeds),
   `RerankerContract` (`QUERY`, `PASSAGES`).
 - `PrometheusServer`, `start_prometheus`, `running_prometheus`, `promtool` (`prometheus`): a
   real Prometheus on loopback scraping given targets, and promtool, built from the Go module
@@ -14,7 +15,7 @@ from ragindex.faces import lazy_face
 
 if TYPE_CHECKING:
     from ragindex.testing.dense import IDENTITY, DenseIndexContract, LogFedDense, chunks_log
-    from ragindex.testing.embedder import TEXTS, EmbedderContract
+    from ragindex.testing.embedder import TEXTS, EmbedderContract, RecordingEmbedder
     from ragindex.testing.lexical import LexicalIndexContract, random_corpus
     from ragindex.testing.log import LogContract, read_all
     from ragindex.testing.prometheus import (
@@ -36,6 +37,7 @@ __all__ = [
     "LogContract",
     "LogFedDense",
     "PrometheusServer",
+    "RecordingEmbedder",
     "RerankerContract",
     "chunks_log",
     "promtool",
@@ -50,7 +52,7 @@ if not TYPE_CHECKING:
         __name__,
         {
             "dense": ["IDENTITY", "DenseIndexContract", "LogFedDense", "chunks_log"],
-            "embedder": ["TEXTS", "EmbedderContract"],
+            "embedder": ["TEXTS", "EmbedderContract", "RecordingEmbedder"],
             "lexical": ["LexicalIndexContract", "random_corpus"],
             "log": ["LogContract", "read_all"],
             "prometheus": [

@@ -11,13 +11,14 @@ truncated), and refused input.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import pytest
 
 from ragindex.errors import InvalidInput
-from ragindex.protocols import Embedder
+from ragindex.protocols import Embedder, Vectors
+from ragindex.types import ModelIdentity
 
 TEXTS = [
     "Boundary layer transition on a flat plate at supersonic speeds.",
@@ -91,3 +92,23 @@ class EmbedderContract:
             embedder.embed_passages("a string")
         with pytest.raises(InvalidInput):
             embedder.embed_queries(["ok", 3])  # type: ignore[list-item]
+
+
+class RecordingEmbedder:
+    """The real embedder, recording the passages it embeds (a wrapper, not a mock)."""
+
+    def __init__(self, inner: Embedder) -> None:
+        self.inner = inner
+        self.identity: ModelIdentity = inner.identity
+        self.max_seq_length = inner.max_seq_length
+        self.embedded: list[str] = []
+
+    def embed_passages(self, texts: Sequence[str]) -> Vectors:
+        self.embedded.extend(texts)
+        return self.inner.embed_passages(texts)
+
+    def embed_queries(self, texts: Sequence[str]) -> Vectors:
+        return self.inner.embed_queries(texts)
+
+    def count_tokens(self, text: str) -> int:
+        return self.inner.count_tokens(text)

@@ -100,20 +100,24 @@ def measure_type(
     ident = served.identity
     snapshots = SnapshotTopic(served.log, f"{SNAPSHOTS}.{kind}", 0, 1, CHUNKS, ident)
     served.log.ensure_topic(snapshots.topic, 1, compacted=False)
+
+    def replica_in(directory: Path, publish: bool) -> LogShardReplica:
+        return LogShardReplica(
+            served.log,
+            CHUNKS,
+            0,
+            directory,
+            ident,
+            dense.hnsw,
+            dense.exact_threshold,
+            snapshots,
+            publish=publish,
+            index=spec,
+        )
+
     before = _rss()
     started = time.perf_counter()
-    builder = LogShardReplica(
-        served.log,
-        CHUNKS,
-        0,
-        root / f"{kind}-build",
-        ident,
-        dense.hnsw,
-        dense.exact_threshold,
-        snapshots,
-        publish=True,
-        index=spec,
-    )
+    builder = replica_in(root / f"{kind}-build", publish=True)
     built = builder.catch_up()
     build_s = time.perf_counter() - started
     rss_delta = _rss() - before
@@ -126,17 +130,7 @@ def measure_type(
     shutil.rmtree(root / f"{kind}-build")
     served.write(_chunks(_ids(built, len(tail))), tail)
     started = time.perf_counter()
-    replica = LogShardReplica(
-        served.log,
-        CHUNKS,
-        0,
-        root / f"{kind}-new",
-        ident,
-        dense.hnsw,
-        dense.exact_threshold,
-        snapshots,
-        index=spec,
-    )
+    replica = replica_in(root / f"{kind}-new", publish=False)
     tail_applied = replica.catch_up()
     bootstrap_s = time.perf_counter() - started
     million = 1e6 / built

@@ -8,6 +8,7 @@ import pytest
 
 from ragindex.app import auth_dir, elasticsearch_connection
 from ragindex.errors import InvalidInput
+from ragindex.netutil.credentials import secret
 from ragindex.router import TokenVerifier, create_token
 from ragindex.serve_config import AUTH_DIR_ENV
 
@@ -35,5 +36,5 @@ def test_elasticsearch_credentials_need_both_user_and_password(
         elasticsearch_connection()
     monkeypatch.setenv("RAGINDEX_ES_PASSWORD", "s3cret")
     connection = elasticsearch_connection()
-    assert (connection.username, connection.secret("password")) == ("elastic", "s3cret")
+    assert (connection.username, secret(connection, "password")) == ("elastic", "s3cret")
     assert "s3cret" not in repr(connection)

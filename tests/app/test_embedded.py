@@ -3,7 +3,7 @@ worker, the shard replicas with their chunks' text and the BM25 view), on real M
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -14,37 +14,18 @@ from ragindex.config import RagIndexSpec
 from ragindex.errors import InvalidInput
 from ragindex.ingest import passage_token_limit
 from ragindex.passages import passage_text
-from ragindex.protocols import Embedder, Vectors
-from ragindex.types import MAX_DOCUMENT_CHARS, Chunk, Document, ModelIdentity
-
-
-class CountingEmbedder:
-    """The real embedder, recording the passages it embeds (a wrapper, not a mock)."""
-
-    def __init__(self, inner: Embedder) -> None:
-        self.inner = inner
-        self.identity: ModelIdentity = inner.identity
-        self.max_seq_length = inner.max_seq_length
-        self.embedded: list[str] = []
-
-    def embed_passages(self, texts: Sequence[str]) -> Vectors:
-        self.embedded.extend(texts)
-        return self.inner.embed_passages(texts)
-
-    def embed_queries(self, texts: Sequence[str]) -> Vectors:
-        return self.inner.embed_queries(texts)
-
-    def count_tokens(self, text: str) -> int:
-        return self.inner.count_tokens(text)
+from ragindex.protocols import Embedder
+from ragindex.testing import RecordingEmbedder
+from ragindex.types import MAX_DOCUMENT_CHARS, Chunk, Document
 
 
 @pytest.fixture
-def embedder(minilm: Embedder) -> CountingEmbedder:
-    return CountingEmbedder(minilm)
+def embedder(minilm: Embedder) -> RecordingEmbedder:
+    return RecordingEmbedder(minilm)
 
 
 @pytest.fixture
-def index(tmp_path: Path, embedder: CountingEmbedder) -> Iterator[EmbeddedIndex]:
+def index(tmp_path: Path, embedder: RecordingEmbedder) -> Iterator[EmbeddedIndex]:
     spec = RagIndexSpec.model_validate({"dense": {"shards": 2}, "chunking": {"maxTokens": 64}})
     opened = EmbeddedIndex(tmp_path, spec, embedder=embedder)
     yield opened
@@ -91,7 +72,7 @@ def top_ids(index: EmbeddedIndex, tenant: str, query: str) -> tuple[list[str], l
 
 
 def test_ingest_reaches_both_views_and_is_searchable(
-    index: EmbeddedIndex, embedder: CountingEmbedder
+    index: EmbeddedIndex, embedder: RecordingEmbedder
 ) -> None:
     assert index.upsert("acme", DOCS) == len(DOCS)
     n = len(chunks_of(index, "acme"))
@@ -111,7 +92,7 @@ def test_ingest_reaches_both_views_and_is_searchable(
 
 
 def test_unchanged_reingest_embeds_nothing(
-    index: EmbeddedIndex, embedder: CountingEmbedder
+    index: EmbeddedIndex, embedder: RecordingEmbedder
 ) -> None:
     index.upsert("acme", DOCS)
     chunks, dense, lexical, _ = state(index, "acme")
@@ -122,7 +103,7 @@ def test_unchanged_reingest_embeds_nothing(
 
 
 def test_one_edit_reembeds_only_its_changed_chunks(
-    index: EmbeddedIndex, embedder: CountingEmbedder
+    index: EmbeddedIndex, embedder: RecordingEmbedder
 ) -> None:
     index.upsert("acme", DOCS)
     old = chunks_of(index, "acme")
@@ -175,7 +156,7 @@ def test_delete_document(index: EmbeddedIndex) -> None:
         index.delete("acme", "cran", "a/b")
 
 
-def test_tenants_are_separate(index: EmbeddedIndex, embedder: CountingEmbedder) -> None:
+def test_tenants_are_separate(index: EmbeddedIndex, embedder: RecordingEmbedder) -> None:
     index.upsert("acme", DOCS[:2])
     embedder.embedded.clear()
     index.upsert("globex", DOCS[:2])
@@ -213,7 +194,7 @@ BAD_INPUTS: list[tuple[object, object, str]] = [
 
 @pytest.mark.parametrize(("tenant", "extra", "message"), BAD_INPUTS)
 def test_bad_input_changes_nothing(
-    index: EmbeddedIndex, embedder: CountingEmbedder, tenant: Any, extra: Any, message: str
+    index: EmbeddedIndex, embedder: RecordingEmbedder, tenant: Any, extra: Any, message: str
 ) -> None:
     """One bad document refuses the whole batch before anything reaches the log."""
     index.upsert("acme", DOCS[:2])

@@ -3,7 +3,6 @@ and indexed for BM25 before a chunk's text, never shown; ids stay, a new generat
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
 from ragindex.app import EmbeddedIndex
@@ -14,8 +13,9 @@ from ragindex.ingest.chunkers import chunk_hash, search_prefix
 from ragindex.lexical import TantivyIndex
 from ragindex.lexical.documents import BODY_FIELD, indexed_fields
 from ragindex.passages import passage_text
-from ragindex.protocols import Embedder, Vectors
-from ragindex.types import Document, ModelIdentity
+from ragindex.protocols import Embedder
+from ragindex.testing import RecordingEmbedder
+from ragindex.types import Document
 
 
 def words(text: str) -> int:
@@ -93,26 +93,6 @@ def test_contextual_starts_a_new_generation_and_off_keeps_the_old_one() -> None:
     assert index_generation(off) == "03b5db25"  # specs from before the setting: unchanged
     assert index_generation(on) != index_generation(off)
     assert changed_generation_fields(off, on) == ["chunking.contextual"]
-
-
-class RecordingEmbedder:
-    """The real embedder, recording the passages it embeds (a wrapper, not a mock)."""
-
-    def __init__(self, inner: Embedder) -> None:
-        self.inner = inner
-        self.identity: ModelIdentity = inner.identity
-        self.max_seq_length = inner.max_seq_length
-        self.embedded: list[str] = []
-
-    def embed_passages(self, texts: Sequence[str]) -> Vectors:
-        self.embedded.extend(texts)
-        return self.inner.embed_passages(texts)
-
-    def embed_queries(self, texts: Sequence[str]) -> Vectors:
-        return self.inner.embed_queries(texts)
-
-    def count_tokens(self, text: str) -> int:
-        return self.inner.count_tokens(text)
 
 
 def test_both_legs_see_the_context_and_hits_show_the_chunk(
