@@ -181,6 +181,9 @@ def create_app(
         description="Hybrid retrieval (dense + BM25, fused by rank) for RAG. Every /v1 call"
         " needs `Authorization: Bearer <token>`; the token decides the tenant. A tenant over"
         " its concurrency or rate limit gets 429 with `Retry-After`.",
+        # Serve's replica span is the request's: FastAPI's own would start a new trace from the
+        # headers (a root, or the caller's child beside the proxy's) and cut the tree in two.
+        telemetry={"tracing": False},
     )
 
     generated_openapi = app.openapi

@@ -29,6 +29,7 @@ from ragindex.fusion import reciprocal_rank_fusion
 from ragindex.passages import passage_text
 from ragindex.protocols import DenseIndex, Embedder, LexicalIndex, Reranker, Vectors
 from ragindex.router.documents import SEARCH_DEPTH, Paged, sort_key
+from ragindex.telemetry import stage_span
 from ragindex.types import Chunk, Hit, ScoredId, refuse_surrogates, validate_tenant
 
 Mode = Literal["hybrid", "dense", "lexical"]
@@ -294,7 +295,8 @@ class QueryEngine:
         (dense-only or an error), anything else raises."""
         start = time.perf_counter()
         try:
-            hits = self.lexical.search(query, candidates, tenant_id, expr, with_chunks=carry)
+            with stage_span("lexical"):
+                hits = self.lexical.search(query, candidates, tenant_id, expr, with_chunks=carry)
         except BackendUnavailable as err:
             return _LexicalOutcome([], err, _ms_since(start))
         return _LexicalOutcome(hits, None, _ms_since(start))
@@ -336,8 +338,10 @@ def _ms_since(start: float) -> float:
 
 @contextmanager
 def _timed(timings: dict[str, float], stage: str) -> Iterator[None]:
+    """Time one stage into `timings`, and trace it as a child of the request's span."""
     start = time.perf_counter()
     try:
-        yield
+        with stage_span(stage):
+            yield
     finally:
         timings[stage] = _ms_since(start)

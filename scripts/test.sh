@@ -15,9 +15,12 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 RAY_USAGE_STATS_ENABLED=0 RAY_AUT
 # Here every test runs against real servers and the shared data: a skip is a failure.
 export RAGINDEX_STRICT_SKIPS=1
 scripts/setup.sh
+scripts/build_otelcol.sh &  # compiles while the next three mostly download
+otelcol=$!
 scripts/setup_browser.sh
 scripts/fetch_elasticsearch.sh
 scripts/fetch_kafka.sh
+wait "$otelcol"
 scripts/build_prometheus.sh
 scripts/setup_pods.sh
 scripts/lint.sh

@@ -7,6 +7,9 @@
 - `PrometheusServer`, `start_prometheus`, `running_prometheus`, `promtool` (`prometheus`): a
   real Prometheus on loopback scraping given targets, and promtool, built from the Go module
   proxy by scripts/build_prometheus.sh.
+- `OtelCollector`, `ExportedSpan`, `start_otelcol`, `running_otelcol`, `render_span_tree`
+  (`otelcol`): a real OpenTelemetry Collector on loopback that writes the spans it receives
+  over OTLP/HTTP to a file, built from the Go module proxy by scripts/build_otelcol.sh.
 """
 
 from typing import TYPE_CHECKING
@@ -18,6 +21,13 @@ if TYPE_CHECKING:
     from ragindex.testing.embedder import TEXTS, EmbedderContract, RecordingEmbedder
     from ragindex.testing.lexical import LexicalIndexContract, random_corpus
     from ragindex.testing.log import LogContract, read_all
+    from ragindex.testing.otelcol import (
+        ExportedSpan,
+        OtelCollector,
+        render_span_tree,
+        running_otelcol,
+        start_otelcol,
+    )
     from ragindex.testing.prometheus import (
         PrometheusServer,
         promtool,
@@ -33,9 +43,11 @@ __all__ = [
     "TEXTS",
     "DenseIndexContract",
     "EmbedderContract",
+    "ExportedSpan",
     "LexicalIndexContract",
     "LogContract",
     "LogFedDense",
+    "OtelCollector",
     "PrometheusServer",
     "RecordingEmbedder",
     "RerankerContract",
@@ -43,7 +55,10 @@ __all__ = [
     "promtool",
     "random_corpus",
     "read_all",
+    "render_span_tree",
+    "running_otelcol",
     "running_prometheus",
+    "start_otelcol",
     "start_prometheus",
 ]
 
@@ -55,6 +70,13 @@ if not TYPE_CHECKING:
             "embedder": ["TEXTS", "EmbedderContract", "RecordingEmbedder"],
             "lexical": ["LexicalIndexContract", "random_corpus"],
             "log": ["LogContract", "read_all"],
+            "otelcol": [
+                "ExportedSpan",
+                "OtelCollector",
+                "render_span_tree",
+                "running_otelcol",
+                "start_otelcol",
+            ],
             "prometheus": [
                 "PrometheusServer",
                 "promtool",

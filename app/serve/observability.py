@@ -9,7 +9,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from ragindex.telemetry import configure_logging, setup_process
+from ragindex.telemetry import configure_logging, remove_dead_node_dirs, setup_process
 from ragindex.telemetry_names import METRICS_DIR_ENV
 
 
@@ -35,12 +35,17 @@ def replica_name() -> str | None:
 
 def setup_replica(role: str) -> None:
     """Metrics into the node's directory (and the pod's metrics port, where the operator set
-    one); `ragindex.*` logs as JSON or text with this replica's name. Never fails a replica."""
+    one), after removing the directories of nodes that have stopped, so that runs do not pile
+    them up under the temporary directory; `ragindex.*` logs as JSON or text with this
+    replica's name. Never fails a replica."""
     try:
         configure_logging(replica=replica_name() or role, logger="ragindex")
     except Exception:  # a bad RAGINDEX_LOG_FORMAT: say so in the default format
         logging.getLogger("ragindex.serve").exception("logging setup failed")
     try:
-        setup_process(role, node_metrics_dir())
+        directory = node_metrics_dir()
+        with contextlib.suppress(OSError):  # a leftover that cannot go never stops the metrics
+            remove_dead_node_dirs(directory.parent, keep=directory)
+        setup_process(role, directory)
     except Exception:
         logging.getLogger("ragindex.serve").exception("metrics setup failed")

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -378,6 +379,35 @@ def _forget_dead(directory: Path) -> None:
         if not psutil.pid_exists(pid):
             with contextlib.suppress(OSError):
                 mark_process_dead(pid, str(directory))
+
+
+def _writers(directory: Path) -> set[int] | None:
+    """The processes whose metrics files (`<kind>_<pid>.db`) are in `directory`; None when it
+    holds anything else (then it is not a node directory to remove)."""
+    pids: set[int] = set()
+    for path in directory.iterdir():
+        stem, _, pid = path.stem.rpartition("_")
+        if path.suffix != ".db" or not stem or not pid.isdigit():
+            return None
+        pids.add(int(pid))
+    return pids
+
+
+def remove_dead_node_dirs(base: Path, keep: Path) -> list[Path]:
+    """Remove the node directories under `base`, other than `keep`, whose every process has
+    exited: what stopped Ray nodes left (a node's directory is named by its node id, new at
+    each start, so no exposition reads them again). An empty directory, one a live process
+    writes, or one with other files is left. Returns the directories removed."""
+    removed = []
+    for directory in sorted(base.iterdir()) if base.is_dir() else []:
+        if directory == keep or not directory.is_dir():
+            continue
+        pids = _writers(directory)
+        if not pids or any(psutil.pid_exists(pid) for pid in pids):
+            continue
+        shutil.rmtree(directory, ignore_errors=True)  # another replica may be removing it too
+        removed.append(directory)
+    return removed
 
 
 def _source() -> Collector:

@@ -11,16 +11,20 @@ configured (the standard OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACE
 or a span file is named (RAGINDEX_TRACE_FILE: JSON lines, for a look without a collector).
 Otherwise nothing is set and tracing stays off: no span is made and nothing is exported.
 
-ragindex's own code adds to the spans Serve makes rather than making more: the Router's span of
-a search carries its mode, hits and stage timings (`annotate_search`), and every log line
-logged under a span carries its trace id (ragindex.telemetry.logs). The search thread and the
-BM25 leg run in copies of the request's context, so the calls they make are in its trace.
+ragindex's own code adds to the spans Serve makes: the Router's span of a search carries its
+mode, hits and stage timings (`annotate_search`), each stage of the search (embed, dense,
+lexical, fusion, fetch, rerank) is a child span of it (`stage_span`), so that a trace shows
+where the time went in the embedded layout too, where the stages run in the Router's process,
+and every log line logged under a span carries its trace id (ragindex.telemetry.logs). The
+search thread and the BM25 leg run in copies of the request's context, so the calls they make
+(a remote shard's, the BM25 view's) are in its trace, under their stage's span.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from opentelemetry import trace
@@ -33,6 +37,7 @@ from ragindex.telemetry_names import (
 
 OTLP_ENDPOINT_ENVS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", OTLP_ENDPOINT_ENV)
 TRACE_FILE_ENV = "RAGINDEX_TRACE_FILE"
+STAGE_SPAN_PREFIX = "search."
 
 
 def otlp_endpoint(environ: Mapping[str, str] | None = None) -> str | None:
@@ -89,3 +94,15 @@ def annotate_search(mode: str, timings_ms: Mapping[str, float], hits: int, degra
     for stage, ms in timings_ms.items():
         attributes[f"ragindex.stage.{stage}_ms"] = ms
     span.set_attributes(attributes)
+
+
+@contextmanager
+def stage_span(stage: str) -> Iterator[None]:
+    """A child span of the current one (`search.<stage>`) for the length of the block; nothing
+    when no span records (tracing off, or the request not sampled), so an untraced search pays
+    one context look-up."""
+    if not trace.get_current_span().is_recording():
+        yield
+        return
+    with trace.get_tracer("ragindex").start_as_current_span(STAGE_SPAN_PREFIX + stage):
+        yield

@@ -23,6 +23,7 @@ from ragindex.telemetry.metrics import (
     exposition,
     observe_search,
     observe_view,
+    remove_dead_node_dirs,
 )
 
 CHILD = textwrap.dedent(
@@ -136,3 +137,21 @@ def test_view_freshness_grows_while_behind_and_resets_when_current() -> None:
     observe_view("lexical", {0: 9}, current_at=131.0, now=131.25)
     text = exposition().decode()
     assert value(text, "ragindex_view_freshness_seconds", view="lexical", partition="0") == 0.25
+
+
+def test_the_directories_of_stopped_nodes_are_removed(tmp_path: Path) -> None:
+    stopped, running, mine, empty, other = (
+        tmp_path / name for name in ("stopped", "running", "mine", "empty", "other")
+    )
+    with child(stopped, "router"):
+        pass  # a node whose every process has exited
+    with child(mine, "router"):
+        pass  # this node's own directory is kept, live or not
+    empty.mkdir()  # a node whose first process has not written yet
+    other.mkdir()
+    (other / "notes.txt").write_text("not a metrics file")
+    with child(running, "shard"):
+        assert remove_dead_node_dirs(tmp_path, keep=mine) == [stopped]
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "mine", "other", "running"]
+    assert remove_dead_node_dirs(tmp_path, keep=mine) == [running]
+    assert remove_dead_node_dirs(tmp_path / "absent", keep=mine) == []
