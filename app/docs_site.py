@@ -33,6 +33,7 @@ from typing import Any
 
 import yaml
 from pydantic import BaseModel
+from pydantic_core import to_jsonable_python
 
 from ragindex.config import ElasticsearchConnection, KafkaConnection, RagIndexSpec
 from ragindex.generations import GENERATION_FIELDS, SAME_VECTORS_AS
@@ -64,9 +65,24 @@ def _code(value: Any) -> str:
 
 
 def _submodel(annotation: Any) -> type[BaseModel] | None:
+    """The model of a nested section: `Model`, or `Model | None` (absent unless given)."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation
+    args = typing.get_args(annotation)
+    models = [a for a in args if isinstance(a, type) and issubclass(a, BaseModel)]
+    if len(models) == 1 and len(args) == 2 and type(None) in args:
+        return models[0]
     return None
+
+
+def _field_defaults(model: type[BaseModel]) -> dict[str, Any]:
+    """An optional section's field defaults as JSON (None for required fields)."""
+    return {
+        field.alias or name: None
+        if field.is_required()
+        else to_jsonable_python(field.get_default(call_default_factory=True))
+        for name, field in model.model_fields.items()
+    }
 
 
 def _schema_type(node: Mapping[str, Any]) -> str:
@@ -119,7 +135,8 @@ def _spec_sections(
         sub = _submodel(field.annotation)
         where = f"{path}.{alias}" if path else alias
         if sub is not None:
-            nested.append((where, sub, defaults[alias]))
+            given = defaults[alias]
+            nested.append((where, sub, _field_defaults(sub) if given is None else given))
             continue
         generation = "new generation" if where in GENERATION_FIELDS else "in place"
         if where == "embedder.backend":
@@ -129,7 +146,11 @@ def _spec_sections(
             {
                 "field": f"`{where}`",
                 "type": _schema_type(schema[alias]),
-                "default": "unset" if defaults[alias] is None else _code(defaults[alias]),
+                "default": "required"
+                if field.is_required()
+                else "unset"
+                if defaults[alias] is None
+                else _code(defaults[alias]),
                 "bounds": _bounds(schema[alias]),
                 "change": generation,
                 "description": field.description or "",

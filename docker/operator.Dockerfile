@@ -14,9 +14,10 @@ RUN python3 -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
 COPY requirements.lock pyproject.toml ./
 # Only what the operator imports (ragindex.config/serve_config/types, kopf, lightkube, httpx,
-# pydantic, pyyaml), pinned by the lock file used as constraints.
+# pydantic, pyyaml, prometheus-client for its metrics), pinned by the lock file used as
+# constraints.
 RUN pip install --no-cache-dir --disable-pip-version-check -c requirements.lock \
-        kopf lightkube httpx pydantic pyyaml
+        kopf lightkube httpx pydantic pyyaml prometheus-client
 # The distribution maps every top-level folder into ragindex.*; copy them all so setuptools
 # can build it, but install it without its (heavy) dependencies.
 COPY ragindex/ ragindex/

@@ -7,7 +7,8 @@ lexical backend, and promotes generations (`python -m ragindex.operator`).
   CustomResourceDefinition;
 - `decide_promotion`, `Observed`: when a new generation takes over; `switch_read_alias`: the
   Elasticsearch read alias that follows it;
-- `desired_status`, `Verdict`: the RagIndex status.
+- `desired_status`, `Verdict`: the RagIndex status;
+- `OperatorMetrics`: the operator's own Prometheus series (`register(..., metrics=)`).
 """
 
 from typing import TYPE_CHECKING
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
     from ragindex.operator.crd import CRD_NAME, render_crd, render_crd_yaml
     from ragindex.operator.generation_io import switch_read_alias
     from ragindex.operator.handlers import OperatorOptions, register, validate_spec
+    from ragindex.operator.metrics import OperatorMetrics
     from ragindex.operator.objects import RenderOptions
     from ragindex.operator.promotion import Observed, decide_promotion
     from ragindex.operator.status import Verdict, desired_status
@@ -25,6 +27,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CRD_NAME",
     "Observed",
+    "OperatorMetrics",
     "OperatorOptions",
     "RenderOptions",
     "Verdict",
@@ -44,6 +47,7 @@ if not TYPE_CHECKING:
             "crd": ["CRD_NAME", "render_crd", "render_crd_yaml"],
             "generation_io": ["switch_read_alias"],
             "handlers": ["OperatorOptions", "register", "validate_spec"],
+            "metrics": ["OperatorMetrics"],
             "objects": ["RenderOptions"],
             "promotion": ["Observed", "decide_promotion"],
             "status": ["Verdict", "desired_status"],

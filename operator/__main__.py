@@ -18,8 +18,9 @@ from typing import Any
 import kopf
 
 from ragindex.operator.handlers import OperatorOptions, register
+from ragindex.operator.metrics import OperatorMetrics
 from ragindex.operator.objects import RenderOptions
-from ragindex.telemetry_names import METRICS_PORT
+from ragindex.telemetry_names import METRICS_PORT, OPERATOR_METRICS_PORT
 
 
 def operator_identity() -> str:
@@ -46,16 +47,22 @@ def run(
     clusterwide: bool = False,
     liveness_endpoint: str | None = None,
     peering: str | None = None,
+    metrics_port: int = 0,
+    metrics_host: str = "0.0.0.0",
 ) -> None:
     """Run the operator until it is stopped (SIGINT/SIGTERM); blocks.
 
     With `peering`, replicas elect one active operator through kopf's peering objects (the
     chart creates them when replicaCount > 1); without it the operator runs standalone.
+    With `metrics_port`, its Prometheus metrics are served there at /metrics (0: not served).
     """
     if bool(namespaces) == clusterwide:
         raise ValueError("watch either --all-namespaces or one or more --namespace, not both")
+    metrics = OperatorMetrics()
+    if metrics_port:
+        metrics.serve(metrics_port, metrics_host)
     kopf.run(
-        registry=register(options),
+        registry=register(options, metrics=metrics),
         clusterwide=clusterwide,
         namespaces=list(namespaces),
         **peering_args(peering),
@@ -115,6 +122,13 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[OperatorOptions, argp
     p.add_argument("--kubeconfig", default=None)
     p.add_argument("--liveness", default=None, help="e.g. http://0.0.0.0:8080/healthz")
     p.add_argument("--peering", default=None, help="kopf peering name (leader election)")
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=OPERATOR_METRICS_PORT,
+        help="port of the operator's Prometheus metrics (/metrics); 0: not served",
+    )
+    p.add_argument("--metrics-host", default="0.0.0.0", help="address the metrics port binds")
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args(argv)
     render = RenderOptions(
@@ -157,6 +171,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         clusterwide=args.all_namespaces,
         liveness_endpoint=args.liveness,
         peering=args.peering,
+        metrics_port=args.metrics_port,
+        metrics_host=args.metrics_host,
     )
     return 0
 

@@ -21,17 +21,22 @@ from lightkube.core.exceptions import ApiError
 from lightkube.core.resource import NamespacedResource
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.core_v1 import ConfigMap, PersistentVolumeClaim, Secret, Service
-from lightkube.resources.networking_v1 import NetworkPolicy
+from lightkube.resources.networking_v1 import Ingress, NetworkPolicy
 
 from ragindex.operator.crd import GROUP, KIND, PLURAL, VERSION
 from ragindex.operator.objects import (
     CONFIG_MAP,
+    CUSTOM_KINDS,
     ELASTICSEARCH,
     FIELD_MANAGER,
+    HTTP_ROUTE,
+    INGRESS,
     KAFKA,
     KAFKA_NODE_POOL,
     KAFKA_TOPIC,
+    KAFKA_USER,
     LABEL_INDEX,
     LABEL_MANAGED_BY,
     MANAGED_KINDS,
@@ -58,6 +63,8 @@ KafkaNodePool = create_namespaced_resource(
     "kafka.strimzi.io", "v1", "KafkaNodePool", "kafkanodepools"
 )
 KafkaTopic = create_namespaced_resource("kafka.strimzi.io", "v1", "KafkaTopic", "kafkatopics")
+KafkaUser = create_namespaced_resource("kafka.strimzi.io", "v1", "KafkaUser", "kafkausers")
+HTTPRoute = create_namespaced_resource("gateway.networking.k8s.io", "v1", "HTTPRoute", "httproutes")
 
 RESOURCES: dict[tuple[str, str], type[NamespacedResource]] = {
     CONFIG_MAP: ConfigMap,
@@ -69,6 +76,9 @@ RESOURCES: dict[tuple[str, str], type[NamespacedResource]] = {
     KAFKA: Kafka,
     KAFKA_NODE_POOL: KafkaNodePool,
     KAFKA_TOPIC: KafkaTopic,
+    KAFKA_USER: KafkaUser,
+    INGRESS: Ingress,
+    HTTP_ROUTE: HTTPRoute,
 }
 
 
@@ -109,6 +119,20 @@ async def name_conflicts(
     return found
 
 
+async def installed_crds(client: AsyncClient, names: Iterable[str]) -> set[str]:
+    """Which of the named CustomResourceDefinitions the API server has."""
+    found = set()
+    for name in names:
+        try:
+            await client.get(CustomResourceDefinition, name)
+        except ApiError as e:
+            if e.status.code != 404:
+                raise
+            continue
+        found.add(name)
+    return found
+
+
 async def refused_secrets(
     client: AsyncClient, namespace: str, index: str, names: Sequence[str]
 ) -> list[str]:
@@ -142,11 +166,19 @@ async def list_managed(
     """Live objects of the managed kinds that carry this index's labels and are owned by it
     (labels can be copied; the owner's uid cannot).
 
-    A kind whose CRD is not installed (no ECK in a cluster that never needed it) has nothing.
+    A kind whose CRD is not installed (no ECK in a cluster that never needed it) has nothing:
+    it is not listed at all, since the API server answers a group it lacks with a bare 404
+    page, which lightkube does not turn into an ApiError.
     """
     selector: dict[str, Any] = {LABEL_INDEX: index, LABEL_MANAGED_BY: FIELD_MANAGER}
+    kinds = list(kinds)
+    installed = await installed_crds(
+        client, {CUSTOM_KINDS[k].crd for k in kinds if k in CUSTOM_KINDS}
+    )
     found: list[ObjectRef] = []
     for kind in kinds:
+        if kind in CUSTOM_KINDS and CUSTOM_KINDS[kind].crd not in installed:
+            continue
         try:
             async for obj in client.list(RESOURCES[kind], namespace=namespace, labels=selector):
                 data = codecs_to_dict(obj, kind)
@@ -210,6 +242,20 @@ async def secret_value(client: AsyncClient, namespace: str, name: str, key: str)
     if encoded is None:
         raise RuntimeError(f"Secret {namespace}/{name} has no key {key!r} yet")
     return base64.b64decode(encoded).decode()
+
+
+async def ensure_secret(client: AsyncClient, secret: dict[str, Any], uid: str) -> str | None:
+    """Create `secret` unless a Secret of its name exists: one made earlier is kept as it is
+    (a generated password is never replaced). Returns why not, when that one is not ours."""
+    meta = secret["metadata"]
+    try:
+        await client.create(codecs.from_dict(secret), field_manager=FIELD_MANAGER)
+        return None
+    except ApiError as e:
+        if e.status.code != 409:
+            raise
+    live = await _live_metadata(client, Secret, meta["name"], meta["namespace"])
+    return foreign_object("Secret", live, uid) if live is not None else None
 
 
 async def ensure_report_token(

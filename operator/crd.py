@@ -28,6 +28,19 @@ CRD_NAME = f"{PLURAL}.{GROUP}"
 # JSON-schema keywords that carry over to openAPI v3 unchanged.
 _KEPT = ("type", "description", "enum", "minimum", "maximum", "minLength", "maxLength", "pattern")
 
+
+def _external_elasticsearch_only(field: str) -> dict[str, str]:
+    """The CEL rule of a LexicalSpec field that only an external Elasticsearch takes."""
+    return {
+        "rule": f"!has(self.{field}) || size(self.{field}) == 0"
+        " || (has(self.elasticsearchUrl) && size(self.elasticsearchUrl) > 0)",
+        "message": f"lexical.{field} is only valid with an external elasticsearchUrl"
+        " (a managed Elasticsearch gets its user and CA from the operator)",
+        "fieldPath": f".{field}",
+        "reason": "FieldValueForbidden",
+    }
+
+
 # Cross-field rules of config.py's model_validators, keyed by the model that owns them.
 # Fields always exist here because every object has a default, but `has()` guards keep the
 # rules correct for objects stored before a default was added.
@@ -97,7 +110,31 @@ _CEL: dict[str, list[dict[str, str]]] = {
             "message": "lexical.elasticsearchUrl is only valid with backend elasticsearch",
             "fieldPath": ".elasticsearchUrl",
             "reason": "FieldValueForbidden",
-        }
+        },
+        *(
+            _external_elasticsearch_only(field)
+            for field in (
+                "elasticsearchCredentialsSecret",
+                "elasticsearchApiKeySecret",
+                "elasticsearchCaSecret",
+            )
+        ),
+        {
+            "rule": "!has(self.elasticsearchCredentialsSecret)"
+            " || size(self.elasticsearchCredentialsSecret) == 0"
+            " || !has(self.elasticsearchApiKeySecret) || size(self.elasticsearchApiKeySecret) == 0",
+            "message": "lexical.elasticsearchCredentialsSecret and elasticsearchApiKeySecret are"
+            " exclusive: give one",
+            "fieldPath": ".elasticsearchApiKeySecret",
+            "reason": "FieldValueForbidden",
+        },
+        {
+            "rule": "!has(self.elasticsearchCaSecret) || size(self.elasticsearchCaSecret) == 0"
+            " || (has(self.elasticsearchUrl) && self.elasticsearchUrl.startsWith('https://'))",
+            "message": "lexical.elasticsearchCaSecret needs an https:// elasticsearchUrl",
+            "fieldPath": ".elasticsearchCaSecret",
+            "reason": "FieldValueInvalid",
+        },
     ],
     "GeneratorSpec": [
         {
@@ -145,6 +182,14 @@ _CEL: dict[str, list[dict[str, str]]] = {
             "fieldPath": ".credentialsSecret",
             "reason": "FieldValueForbidden",
         },
+        {
+            "rule": "!has(self.caSecret) || size(self.caSecret) == 0"
+            " || (has(self.mode) && self.mode == 'external')",
+            "message": "log.caSecret is only valid with mode external (a managed log's CA is"
+            " Strimzi's)",
+            "fieldPath": ".caSecret",
+            "reason": "FieldValueForbidden",
+        },
         # A transition rule (only the API server sees the old object): Kafka adds partitions
         # but never removes them, and a shrunk `docs` topic would strand its keys.
         {
@@ -187,6 +232,33 @@ _CEL: dict[str, list[dict[str, str]]] = {
             "reason": "FieldValueInvalid",
         }
     ],
+    "ExposureSpec": [
+        {
+            "rule": "!has(self.ingress) || !has(self.httpRoute)",
+            "message": "exposure.ingress and exposure.httpRoute are exclusive: expose the index"
+            " through one of them",
+            "fieldPath": ".httpRoute",
+            "reason": "FieldValueForbidden",
+        }
+    ],
+    "IngressExposure": [
+        {
+            "rule": "!has(self.tlsSecret) || size(self.tlsSecret) == 0"
+            " || (has(self.host) && size(self.host) > 0)",
+            "message": "exposure.ingress.host is required with tlsSecret: the certificate is"
+            " served for that host",
+            "fieldPath": ".host",
+            "reason": "FieldValueRequired",
+        }
+    ],
+    "HttpRouteExposure": [
+        {
+            "rule": "size(self.parentRefs) > 0",
+            "message": "exposure.httpRoute.parentRefs needs at least one Gateway",
+            "fieldPath": ".parentRefs",
+            "reason": "FieldValueRequired",
+        }
+    ],
     "RagIndexSpec": [
         {
             "rule": "!has(self.reranker) || !has(self.fusion) || !has(self.reranker.enabled)"
@@ -204,10 +276,13 @@ def _nested_model(model: type[BaseModel], alias: str) -> tuple[type[BaseModel], 
     """The sub-model behind an aliased field and its default, dumped as the CRD sees it."""
     for name, field in model.model_fields.items():
         if (field.alias or name) == alias:
-            sub = field.annotation
-            if not (isinstance(sub, type) and issubclass(sub, BaseModel)):
+            subs = _model_args(field.annotation)
+            if len(subs) != 1:
                 raise TypeError(f"{model.__name__}.{name} is not a nested model")
+            sub = subs[0]
             default = field.get_default(call_default_factory=True)
+            if default is None:  # `Model | None`: absent unless given (presence turns it on)
+                return sub, None
             # Only what differs from the sub-model's own defaults: the API server fills the
             # rest from the nested schema, so the CRD stays short and has one source per value.
             return sub, default.model_dump(mode="json", by_alias=True, exclude_defaults=True)
@@ -223,6 +298,15 @@ def _models_by_name(model: type[BaseModel]) -> dict[str, type[BaseModel]]:
             if sub.__name__ not in found:
                 found |= _models_by_name(sub)
     return found
+
+
+def _optional_ref(prop: dict[str, Any]) -> str | None:
+    """The $ref of a `Model | None` property (anyOf a $ref and null), else None."""
+    variants = prop.get("anyOf", [])
+    refs = [v["$ref"] for v in variants if "$ref" in v]
+    if len(refs) == 1 and len(variants) == 2 and {"type": "null"} in variants:
+        return refs[0]
+    return None
 
 
 def _model_args(annotation: Any) -> list[type[BaseModel]]:
@@ -289,7 +373,7 @@ def _object(
     models = _models_by_name(model)
     properties: dict[str, Any] = {}
     for alias, prop in node["properties"].items():
-        ref = prop.get("$ref")
+        ref = prop.get("$ref") or _optional_ref(prop)
         if ref is None:
             properties[alias] = _property(prop, defs, models)
             continue

@@ -6,6 +6,7 @@ Both calls are bounded by a timeout and never retried here: the readiness timer 
 
 from __future__ import annotations
 
+import ssl
 from typing import Any
 
 import httpx
@@ -38,10 +39,24 @@ async def switch_read_alias(
     index: str,
     auth: tuple[str, str] | None = None,
     timeout_s: float = TIMEOUT_S,
+    *,
+    api_key: str | None = None,
+    ca_pem: str | None = None,
 ) -> list[dict[str, Any]]:
     """Point `alias` at `index` alone with one `_aliases` call (the removes and the add apply
-    atomically); returns the actions sent. Raises httpx.HTTPError if Elasticsearch refuses."""
-    async with httpx.AsyncClient(base_url=es_url, timeout=timeout_s, auth=auth) as client:
+    atomically); returns the actions sent. Raises httpx.HTTPError if Elasticsearch refuses.
+
+    `auth` is basic auth, `api_key` the encoded API key (exclusive); `ca_pem` the CA(s) an
+    https server's certificate is verified against (else the system's)."""
+    if auth is not None and api_key is not None:
+        raise ValueError("give basic auth or an API key, not both")
+    headers = {"Authorization": f"ApiKey {api_key}"} if api_key is not None else None
+    verify: ssl.SSLContext | bool = (
+        ssl.create_default_context(cadata=ca_pem) if ca_pem is not None else True
+    )
+    async with httpx.AsyncClient(
+        base_url=es_url, timeout=timeout_s, auth=auth, headers=headers, verify=verify
+    ) as client:
         found = await client.get(f"/_alias/{alias}")
         if found.status_code == 404:
             current: list[str] = []

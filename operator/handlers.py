@@ -6,13 +6,17 @@ of one reconcile (create/update/resume):
 
 1. validate the spec with `RagIndexSpec` (the same model as the CRD); invalid -> `Degraded`
    with pydantic's message and nothing applied, so a bad edit never breaks what serves;
-2. cluster runtime: render; refuse (Reconciled=False, nothing applied) when a model cannot
-   load in the pods (`ModelUnavailable`: not packaged, its claim or token Secret missing), a
-   Secret named in the spec lacks the consent label (`SecretRefused`) or a desired object's
-   name is held by an object this RagIndex does not own (`NameConflict`); else server-side
-   apply and prune;
+2. cluster runtime: render; refuse (Reconciled=False, nothing applied) when the API server
+   lacks the CRD of a kind to apply (`CRDMissing`, e.g. an HTTPRoute without the Gateway
+   API), a model cannot load in the pods (`ModelUnavailable`: not packaged, its claim or
+   token Secret missing), a Secret named in the spec lacks the consent label
+   (`SecretRefused`) or a desired object's name is held by an object this RagIndex does not
+   own (`NameConflict`); else server-side apply and prune;
    local runtime: PUT the Serve config to the local Ray dashboard;
 3. patch status (observedGeneration, conditions, endpoint, activeGeneration).
+
+Each reconcile is counted and timed, and every watch event updates the phase and condition
+gauges (metrics.py).
 
 A timer follows readiness (RayService or Serve app status) and, in the cluster runtime, the
 new generation's build (its app's build report): `promotion.decide_promotion` says whether to
@@ -25,6 +29,8 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -42,16 +48,25 @@ from ragindex.config import RagIndexSpec, parse_spec
 from ragindex.errors import InvalidInput
 from ragindex.generations import index_generation, lexical_alias, lexical_index_name
 from ragindex.operator import apply, local_runtime
+from ragindex.operator.backend_access import (
+    render_elasticsearch_roles_secret,
+    render_elasticsearch_user_secret,
+)
 from ragindex.operator.crd import GROUP, PLURAL, VERSION
 from ragindex.operator.generation_io import read_build_report, switch_read_alias
+from ragindex.operator.metrics import OperatorMetrics, Result
 from ragindex.operator.model_sources import claim_names, token_secrets, unavailable_models
 from ragindex.operator.objects import (
+    CA_KEY,
     RenderOptions,
     build_report_url,
     cluster_endpoint,
-    elasticsearch_password_secret,
+    elasticsearch_ca_secret,
     elasticsearch_url,
+    elasticsearch_user_secret,
     managed_elasticsearch,
+    missing_crds,
+    needed_crds,
     ray_service_name,
     validate_name,
 )
@@ -142,8 +157,9 @@ def _write_status(patch: kopf.Patch, current: Any, desired: dict[str, Any]) -> N
 class RagIndexOperator:
     """The handlers with their clients; one instance per operator process."""
 
-    def __init__(self, options: OperatorOptions) -> None:
+    def __init__(self, options: OperatorOptions, metrics: OperatorMetrics) -> None:
         self.options = options
+        self.metrics = metrics
         self._kube: AsyncClient | None = None
         self._serve: local_runtime.ServeRestClient | None = None
 
@@ -174,7 +190,16 @@ class RagIndexOperator:
         if self._serve is not None:
             await self._serve.aclose()
 
-    async def reconcile(
+    async def reconcile(self, **kwargs: Any) -> None:
+        """One reconcile, counted by how it ended and timed (metrics.py)."""
+        started = time.monotonic()
+        result: Result = "temporary_error"  # anything raised is retried by kopf
+        try:
+            result = await self._reconcile(**kwargs)
+        finally:
+            self.metrics.reconciled(result, time.monotonic() - started)
+
+    async def _reconcile(
         self,
         *,
         name: str,
@@ -186,7 +211,7 @@ class RagIndexOperator:
         patch: kopf.Patch,
         logger: Any,
         **_: Any,
-    ) -> None:
+    ) -> Result:
         namespace = _namespaced(namespace)
         generation = int(meta.get("generation") or 0)
         try:
@@ -201,7 +226,7 @@ class RagIndexOperator:
                     status, observed_generation=generation, now=_now(), reconcile=verdict
                 ),
             )
-            return
+            return "permanent_error"
         try:
             if self.options.runtime == "local":
                 desired = await self._reconcile_local(namespace, name, parsed, status, generation)
@@ -231,6 +256,7 @@ class RagIndexOperator:
             )
             raise kopf.TemporaryError(f"apply failed: {e}", delay=APPLY_RETRY_S) from e
         _write_status(patch, status, desired)
+        return "ok"
 
     async def _reconcile_cluster(
         self,
@@ -245,6 +271,7 @@ class RagIndexOperator:
         objects = render(
             name, namespace, spec, uid=uid, active_generation=active, options=self.options.render
         )
+        await self._check_crds(objects)
         await self._check_models(namespace, spec)
         refused = await apply.refused_secrets(self.kube, namespace, name, named_secrets(spec))
         if refused:
@@ -253,11 +280,13 @@ class RagIndexOperator:
         _, foreign = await apply.ensure_report_token(self.kube, namespace, name, uid)
         if conflicts or foreign:
             raise Refused("NameConflict", [*conflicts, *([foreign] if foreign else [])])
+        await self._ensure_elasticsearch_user(namespace, name, uid, spec)
         await apply.apply_objects(self.kube, objects)
+        self.metrics.applied(objects)
         # Generations in status (serving, building, retained for rollback) keep their objects
         # until a promotion decision retires them.
         kept = [e.get("id") for e in (status or {}).get("generations") or []]
-        await apply.prune(
+        pruned = await apply.prune(
             self.kube,
             namespace,
             name,
@@ -265,7 +294,34 @@ class RagIndexOperator:
             objects,
             keep_generations=(active, index_generation(spec), *kept),
         )
+        self.metrics.pruned(pruned)
         return await self._cluster_serving(namespace, name, uid, spec, status, generation, True)
+
+    async def _check_crds(self, objects: list[dict[str, Any]]) -> None:
+        """Refuse (CRDMissing) objects of a kind the API server does not serve, before
+        applying any: e.g. an HTTPRoute where the Gateway API is not installed."""
+        installed = await apply.installed_crds(self.kube, needed_crds(objects))
+        missing = missing_crds(objects, installed)
+        if missing:
+            raise Refused("CRDMissing", missing)
+
+    async def _ensure_elasticsearch_user(
+        self, namespace: str, name: str, uid: str, spec: RagIndexSpec
+    ) -> None:
+        """A managed Elasticsearch's scoped role and the pods' user (a random password, made
+        once and never replaced), owned by the RagIndex, before the Elasticsearch naming them;
+        NameConflict when a Secret of either name is not ours."""
+        if not managed_elasticsearch(spec):
+            return
+        generation = index_generation(spec)
+        password = secrets.token_urlsafe(24)
+        wanted = [
+            render_elasticsearch_roles_secret(name, namespace, spec, generation, uid),
+            render_elasticsearch_user_secret(name, namespace, password, generation, uid),
+        ]
+        foreign = [why for s in wanted if (why := await apply.ensure_secret(self.kube, s, uid))]
+        if foreign:
+            raise Refused("NameConflict", foreign)
 
     async def _check_models(self, namespace: str, spec: RagIndexSpec) -> None:
         """Refuse (ModelUnavailable) a model the pods could not load, before applying."""
@@ -325,7 +381,9 @@ class RagIndexOperator:
                 options=self.options.render,
             )
             # With the owner reference: an apply without it would drop it from the Service.
-            await apply.apply_objects(self.kube, [o for o in objects if o["kind"] == "Service"])
+            service = [o for o in objects if o["kind"] == "Service"]
+            await apply.apply_objects(self.kube, service)
+            self.metrics.applied(service)
         if action.retire:
             objects = render(
                 name,
@@ -336,7 +394,10 @@ class RagIndexOperator:
                 options=self.options.render,
             )
             kept = (action.active, target, *(e["id"] for e in action.generations))
-            await apply.prune(self.kube, namespace, name, uid, objects, keep_generations=kept)
+            pruned = await apply.prune(
+                self.kube, namespace, name, uid, objects, keep_generations=kept
+            )
+            self.metrics.pruned(pruned)
         return desired_status(
             status,
             observed_generation=generation,
@@ -357,14 +418,34 @@ class RagIndexOperator:
         url = elasticsearch_url(spec, name, namespace)
         if url is None:
             return
-        auth = None
-        if managed_elasticsearch(spec):
-            password = await apply.secret_value(
-                self.kube, namespace, elasticsearch_password_secret(name), "elastic"
-            )
-            auth = ("elastic", password)
         alias = lexical_alias(spec, namespace, name)
-        await switch_read_alias(url, alias, lexical_index_name(alias, generation), auth)
+        login = await self._elasticsearch_login(namespace, name, spec)
+        await switch_read_alias(url, alias, lexical_index_name(alias, generation), **login)
+
+    async def _elasticsearch_login(
+        self, namespace: str, name: str, spec: RagIndexSpec
+    ) -> dict[str, Any]:
+        """The credentials and CA the pods use, read from the same Secrets: the scoped user and
+        ECK's CA of a managed Elasticsearch, the spec's Secrets of an external one."""
+        lexical = spec.lexical
+
+        async def read(secret: str, key: str) -> str:
+            return await apply.secret_value(self.kube, namespace, secret, key)
+
+        if managed_elasticsearch(spec):
+            user = elasticsearch_user_secret(name)
+            return {
+                "auth": (await read(user, "username"), await read(user, "password")),
+                "ca_pem": await read(elasticsearch_ca_secret(name), CA_KEY),
+            }
+        login: dict[str, Any] = {}
+        if secret := lexical.elasticsearch_credentials_secret:
+            login["auth"] = (await read(secret, "username"), await read(secret, "password"))
+        if secret := lexical.elasticsearch_api_key_secret:
+            login["api_key"] = await read(secret, "api-key")
+        if secret := lexical.elasticsearch_ca_secret:
+            login["ca_pem"] = await read(secret, CA_KEY)
+        return login
 
     def _local_data_dir(self, namespace: str, name: str, generation: str) -> str:
         return str(Path(self.options.local_data_root) / namespace / name / generation)
@@ -457,6 +538,15 @@ class RagIndexOperator:
             )
         _write_status(patch, status, desired)
 
+    async def observe(
+        self, *, type: str | None, name: str, namespace: str | None, status: Any, **_: Any
+    ) -> None:
+        """Every watch event: the RagIndex's status as stored, for the phase and condition
+        gauges (DELETED: it is gone). Async, so it runs in kopf's loop, never in a thread."""
+        self.metrics.observe(
+            _namespaced(namespace), name, None if type == "DELETED" else dict(status or {})
+        )
+
     async def delete_local(self, *, name: str, namespace: str | None, **_: Any) -> None:
         """Local runtime: there is no garbage collector for Serve apps, so remove ours."""
         await self.serve.remove(local_runtime.app_name(_namespaced(namespace), name))
@@ -467,11 +557,14 @@ def _login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 
 
 def register(
-    options: OperatorOptions, registry: kopf.OperatorRegistry | None = None
+    options: OperatorOptions,
+    registry: kopf.OperatorRegistry | None = None,
+    metrics: OperatorMetrics | None = None,
 ) -> kopf.OperatorRegistry:
-    """Register the RagIndex handlers, bound to `options`, on a (new) registry."""
+    """Register the RagIndex handlers, bound to `options`, on a (new) registry; they record
+    into `metrics` (a fresh, unserved set when None)."""
     reg = registry if registry is not None else kopf.OperatorRegistry()
-    op = RagIndexOperator(options)
+    op = RagIndexOperator(options, metrics if metrics is not None else OperatorMetrics())
     # A fresh registry has no login handler: in-cluster service account first, else kubeconfig.
     kopf.on.login(registry=reg)(_login)
     kopf.on.startup(registry=reg)(op.startup)
@@ -480,6 +573,7 @@ def register(
         on(GROUP, VERSION, PLURAL, registry=reg, id="reconcile", backoff=APPLY_RETRY_S)(
             op.reconcile
         )
+    kopf.on.event(GROUP, VERSION, PLURAL, registry=reg, id="observe")(op.observe)
     kopf.timer(
         GROUP,
         VERSION,

@@ -5,25 +5,85 @@ from __future__ import annotations
 from typing import Any
 
 from ragindex.config import RagIndexSpec
+from ragindex.generations import ingest_group
 from ragindex.operator.objects import (
     KAFKA,
+    KAFKA_LISTENER,
     KAFKA_NODE_POOL,
-    KAFKA_PORT,
+    KAFKA_TLS_PORT,
     KAFKA_TOPIC,
+    KAFKA_USER,
     STRIMZI_CLUSTER_LABEL,
     RenderOptions,
     kafka_name,
     kafka_node_pool_name,
+    kafka_user_name,
     object_metadata,
     ray_pod_labels,
 )
 from ragindex.topics import (
     MAX_MESSAGE_BYTES,
     OFFSETS_RETENTION_MINUTES,
+    PREFIX,
     chunks_topic,
     docs_topic,
     snapshots_topic,
 )
+
+
+def index_topic_prefix(namespace: str, name: str) -> str:
+    """What every topic of the index starts with (ragindex.topics names them all so)."""
+    return f"{PREFIX}.{namespace}.{name}."
+
+
+def kafka_acls(namespace: str, name: str) -> list[dict[str, Any]]:
+    """What the index's KafkaUser may do on its cluster (`authorization: simple`): everything
+    on the index's topics (produce, consume, create, configure, truncate), its consumer groups
+    (`ingest.<generation>`, and the app's readers under `ragindex.`) and its transactional ids
+    (`ragindex.<group>...`: ingest commits in transactions), plus the cluster operations of an
+    idempotent producer and of reading the brokers' offsets retention."""
+
+    def allow(kind: str, resource: str, pattern: str, *operations: str) -> dict[str, Any]:
+        return {
+            "type": "allow",
+            "resource": {"type": kind, "name": resource, "patternType": pattern},
+            "operations": list(operations),
+        }
+
+    return [
+        allow("topic", index_topic_prefix(namespace, name), "prefix", "All"),
+        allow("group", ingest_group(""), "prefix", "All"),
+        allow("group", f"{PREFIX}.", "prefix", "All"),
+        allow("transactionalId", f"{PREFIX}.", "prefix", "All"),
+        {
+            "type": "allow",
+            "resource": {"type": "cluster"},
+            "operations": ["IdempotentWrite", "Describe", "DescribeConfigs"],
+        },
+    ]
+
+
+def render_kafka_user(
+    name: str, namespace: str, generation: str, uid: str | None = None
+) -> dict[str, Any]:
+    """The Ray pods' SCRAM-SHA-512 user; Strimzi's User Operator writes its password to the
+    Secret of the same name (key `password`)."""
+    return {
+        "apiVersion": KAFKA_USER[0],
+        "kind": KAFKA_USER[1],
+        "metadata": object_metadata(
+            kafka_user_name(name),
+            namespace,
+            name,
+            generation,
+            uid,
+            {STRIMZI_CLUSTER_LABEL: kafka_name(name)},
+        ),
+        "spec": {
+            "authentication": {"type": "scram-sha-512"},
+            "authorization": {"type": "simple", "acls": kafka_acls(namespace, name)},
+        },
+    }
 
 
 def render_managed_log(
@@ -34,9 +94,11 @@ def render_managed_log(
     options: RenderOptions,
     uid: str | None = None,
 ) -> list[dict[str, Any]]:
-    """A Strimzi (KRaft, node pools) Kafka cluster and the index's topics, all owned by it.
+    """A Strimzi (KRaft, node pools) Kafka cluster, the index's topics and its user, all owned
+    by it.
 
-    Every node is broker and controller. The plain listener admits only this index's Ray pods
+    Every node is broker and controller. The one listener is TLS (Strimzi's cluster CA) with
+    SCRAM-SHA-512 users and `simple` authorization, and admits only this index's Ray pods
     (Strimzi renders the NetworkPolicy from `networkPolicyPeers`). Topics are compacted: the
     log is the corpus, so nothing expires by age; deletes are tombstones kept for
     `tombstoneRetentionHours`.
@@ -64,15 +126,18 @@ def render_managed_log(
                 "kafka": {
                     "listeners": [
                         {
-                            "name": "plain",
-                            "port": KAFKA_PORT,
+                            "name": KAFKA_LISTENER,
+                            "port": KAFKA_TLS_PORT,
                             "type": "internal",
-                            "tls": False,
+                            "tls": True,
+                            "authentication": {"type": "scram-sha-512"},
                             "networkPolicyPeers": [
                                 {"podSelector": {"matchLabels": ray_pod_labels(name)}}
                             ],
                         }
                     ],
+                    # The KafkaUser's ACLs are enforced; Strimzi's own operators are superusers.
+                    "authorization": {"type": "simple"},
                     "config": {
                         **replication,
                         "auto.create.topics.enable": False,
@@ -82,8 +147,9 @@ def render_managed_log(
                         "offsets.retention.minutes": OFFSETS_RETENTION_MINUTES,
                     },
                 },
-                # The Topic Operator turns the KafkaTopics below into topics.
-                "entityOperator": {"topicOperator": {}},
+                # The Topic Operator turns the KafkaTopics below into topics, the User
+                # Operator the KafkaUser into a SCRAM user, its ACLs and its password Secret.
+                "entityOperator": {"topicOperator": {}, "userOperator": {}},
             },
         },
         {
@@ -98,6 +164,7 @@ def render_managed_log(
                 "storage": storage,
             },
         },
+        render_kafka_user(name, namespace, generation, uid),
     ]
     compacted = {
         "cleanup.policy": "compact",

@@ -4,6 +4,7 @@ metadata, the operator-wide render options, and the references pruning compares.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +33,25 @@ BUILD_REPORT_PATH = "/v1/generation"
 DASHBOARD_PORT = 8265
 
 
-KAFKA_PORT = 9092
+# The managed Kafka's one listener: TLS (Strimzi's cluster CA) and SCRAM-SHA-512 users.
+KAFKA_TLS_PORT = 9093
+
+
+KAFKA_LISTENER = "tls"
+
+
+KAFKA_SASL_MECHANISM = "SCRAM-SHA-512"
+
+
+ELASTICSEARCH_PORT = 9200
+
+
+# Where the Ray containers find the backends' credentials and CAs, one directory per mounted
+# Secret (the whole directory, never a subPath: the kubelet then follows a rotated Secret).
+CREDENTIALS_MOUNT = "/etc/ragindex/credentials"
+
+
+CA_KEY = "ca.crt"
 
 
 AUTH_MOUNT = "/etc/ragindex/auth"
@@ -92,6 +111,15 @@ KAFKA_NODE_POOL = ("kafka.strimzi.io/v1", "KafkaNodePool")
 KAFKA_TOPIC = ("kafka.strimzi.io/v1", "KafkaTopic")
 
 
+KAFKA_USER = ("kafka.strimzi.io/v1", "KafkaUser")
+
+
+INGRESS = ("networking.k8s.io/v1", "Ingress")
+
+
+HTTP_ROUTE = ("gateway.networking.k8s.io/v1", "HTTPRoute")
+
+
 # PVC is no longer rendered: it stays listed, and not generation-scoped, so that an upgrade
 # prunes the shared claim an older operator created (DESIGN.md §5 has no shared volume).
 MANAGED_KINDS = (
@@ -104,7 +132,39 @@ MANAGED_KINDS = (
     KAFKA,
     KAFKA_NODE_POOL,
     KAFKA_TOPIC,
+    KAFKA_USER,
+    INGRESS,
+    HTTP_ROUTE,
 )
+
+
+@dataclass(frozen=True)
+class CustomKind:
+    """A kind that a CustomResourceDefinition adds, and what to do where it is missing."""
+
+    crd: str
+    remedy: str
+
+
+_STRIMZI = "install Strimzi, or set log.mode external"
+
+# The kinds the operator renders that Kubernetes does not serve by itself: before applying, the
+# operator checks their CRDs, so a missing one is named in status rather than as a 404.
+CUSTOM_KINDS: dict[tuple[str, str], CustomKind] = {
+    RAY_SERVICE: CustomKind("rayservices.ray.io", "install KubeRay's operator and CRDs"),
+    ELASTICSEARCH: CustomKind(
+        "elasticsearches.elasticsearch.k8s.elastic.co",
+        "install ECK, or set lexical.elasticsearchUrl to an external Elasticsearch",
+    ),
+    KAFKA: CustomKind("kafkas.kafka.strimzi.io", _STRIMZI),
+    KAFKA_NODE_POOL: CustomKind("kafkanodepools.kafka.strimzi.io", _STRIMZI),
+    KAFKA_TOPIC: CustomKind("kafkatopics.kafka.strimzi.io", _STRIMZI),
+    KAFKA_USER: CustomKind("kafkausers.kafka.strimzi.io", _STRIMZI),
+    HTTP_ROUTE: CustomKind(
+        "httproutes.gateway.networking.k8s.io",
+        "install the Gateway API CRDs (standard channel) and a Gateway, or use exposure.ingress",
+    ),
+}
 
 
 GENERATION_SCOPED = frozenset({NETWORK_POLICY, RAY_SERVICE, KAFKA_TOPIC})
@@ -201,8 +261,19 @@ def kafka_node_pool_name(name: str) -> str:
 
 
 def kafka_bootstrap(name: str, namespace: str) -> str:
-    """Strimzi's bootstrap Service of the managed cluster, plain listener."""
-    return f"{kafka_name(name)}-kafka-bootstrap.{namespace}.svc:{KAFKA_PORT}"
+    """Strimzi's bootstrap Service of the managed cluster, TLS listener."""
+    return f"{kafka_name(name)}-kafka-bootstrap.{namespace}.svc:{KAFKA_TLS_PORT}"
+
+
+def kafka_user_name(name: str) -> str:
+    """The managed Kafka's user of the index's Ray pods: the KafkaUser, its SCRAM user name,
+    and the Secret Strimzi's User Operator writes its password to (key `password`)."""
+    return f"{kafka_name(name)}-ray"
+
+
+def kafka_cluster_ca_secret(name: str) -> str:
+    """The Secret Strimzi writes the managed cluster's CA certificate to (key `ca.crt`)."""
+    return f"{kafka_name(name)}-cluster-ca-cert"
 
 
 def ray_pod_labels(name: str, generation: str | None = None) -> dict[str, str]:
@@ -287,13 +358,43 @@ def elasticsearch_url(spec: RagIndexSpec, name: str, namespace: str) -> str | No
     if spec.lexical.backend != "elasticsearch":
         return None
     if managed_elasticsearch(spec):
-        return f"http://{elasticsearch_name(name)}-es-http.{namespace}.svc:9200"
+        return f"https://{elasticsearch_name(name)}-es-http.{namespace}.svc:{ELASTICSEARCH_PORT}"
     return spec.lexical.elasticsearch_url
 
 
-def elasticsearch_password_secret(name: str) -> str:
-    """The Secret where ECK writes the `elastic` user's password (key `elastic`)."""
-    return f"{elasticsearch_name(name)}-es-elastic-user"
+def elasticsearch_ca_secret(name: str) -> str:
+    """The Secret where ECK publishes the CA of the managed cluster's HTTP certificate (key
+    `ca.crt`)."""
+    return f"{elasticsearch_name(name)}-es-http-certs-public"
+
+
+def elasticsearch_user_secret(name: str) -> str:
+    """The managed Elasticsearch's user of the index's Ray pods (and of the operator's alias
+    switch): a `kubernetes.io/basic-auth` Secret the operator makes once, in ECK's fileRealm."""
+    return f"{elasticsearch_name(name)}-ragindex-user"
+
+
+ELASTICSEARCH_USER = "ragindex"
+
+
+ELASTICSEARCH_ROLE = "ragindex_index"
+
+
+def needed_crds(objects: Iterable[dict[str, Any]]) -> set[str]:
+    """The CRDs that serve the custom kinds among `objects`."""
+    return {c.crd for o in objects if (c := CUSTOM_KINDS.get((o["apiVersion"], o["kind"])))}
+
+
+def missing_crds(objects: Iterable[dict[str, Any]], installed: Iterable[str]) -> list[str]:
+    """One message per custom kind among `objects` whose CRD is not in `installed`."""
+    have = set(installed)
+    kinds = dict.fromkeys((o["apiVersion"], o["kind"]) for o in objects)
+    return [
+        f"{kind[1]} ({kind[0]}) needs the CustomResourceDefinition {custom.crd}, which this"
+        f" cluster does not have: {custom.remedy}"
+        for kind in kinds
+        if (custom := CUSTOM_KINDS.get(kind)) and custom.crd not in have
+    ]
 
 
 def ref_of(obj: dict[str, Any]) -> ObjectRef:

@@ -10,6 +10,7 @@ from typing import Any
 
 from ragindex.config import MODEL_MOUNT_ROOT, ModelSourceSpec, RagIndexSpec
 from ragindex.errors import InvalidInput
+from ragindex.operator.backend_access import elasticsearch_access, kafka_access, secret_volumes
 from ragindex.operator.objects import (
     AUTH_MOUNT,
     RAY_SERVICE,
@@ -17,7 +18,6 @@ from ragindex.operator.objects import (
     REPORT_TOKEN_KEY,
     SERVE_PORT,
     RenderOptions,
-    elasticsearch_password_secret,
     elasticsearch_url,
     kafka_bootstrap,
     labels,
@@ -29,13 +29,9 @@ from ragindex.operator.objects import (
 from ragindex.pod_spec import PodTemplate
 from ragindex.serve_config import (
     AUTH_DIR_ENV,
-    ES_PASSWORD_ENV,
-    ES_USERNAME_ENV,
     GENERATOR_API_KEY_ENV,
     INGEST_EMBEDDER,
     KAFKA_BOOTSTRAP_ENV,
-    KAFKA_PASSWORD_ENV,
-    KAFKA_USERNAME_ENV,
     QUERY_EMBEDDER,
     REPORT_TOKEN_ENV,
     RERANKER,
@@ -228,7 +224,8 @@ def _secret_env(name: str, secret: str, key: str) -> dict[str, Any]:
 def _pod_env(
     spec: RagIndexSpec, name: str, namespace: str, options: RenderOptions
 ) -> list[dict[str, Any]]:
-    """Environment of every Ray container; credentials only by reference to a Secret. Every
+    """Environment of every Ray container; credentials only by reference to a Secret or as the
+    path of a mounted Secret file (backend_access.py), never as values. Every
     ragindex process logs JSON lines, a pod serves its processes' metrics on METRICS_PORT, and
     with an OTLP endpoint Serve traces requests there (ragindex.telemetry)."""
     env: list[dict[str, Any]] = [
@@ -243,21 +240,12 @@ def _pod_env(
             {"name": SERVE_TRACING_EXPORTER_ENV, "value": TRACING_EXPORTER},
             {"name": SERVE_TRACING_SAMPLING_ENV, "value": str(options.trace_sampling_ratio)},
         ]
-    if managed_elasticsearch(spec):
-        # ECK writes the `elastic` user's password into this Secret.
-        env += [
-            {"name": ES_USERNAME_ENV, "value": "elastic"},
-            _secret_env(ES_PASSWORD_ENV, elasticsearch_password_secret(name), "elastic"),
-        ]
+    env += elasticsearch_access(spec, name).env
     if spec.log.mode == "managed":
         env.append({"name": KAFKA_BOOTSTRAP_ENV, "value": kafka_bootstrap(name, namespace)})
     elif spec.log.mode == "external" and spec.log.bootstrap_servers:
         env.append({"name": KAFKA_BOOTSTRAP_ENV, "value": spec.log.bootstrap_servers})
-        if spec.log.credentials_secret:
-            env += [
-                _secret_env(KAFKA_USERNAME_ENV, spec.log.credentials_secret, "username"),
-                _secret_env(KAFKA_PASSWORD_ENV, spec.log.credentials_secret, "password"),
-            ]
+    env += kafka_access(spec, name).env
     if spec.generator.api_key_secret:
         env.append(_secret_env(GENERATOR_API_KEY_ENV, spec.generator.api_key_secret, "api-key"))
     if spec.auth_secret:
@@ -271,15 +259,18 @@ def _pod_env(
     return env
 
 
-def _volumes(spec: RagIndexSpec) -> tuple[list[Any], list[Any]]:
+def _volumes(spec: RagIndexSpec, name: str) -> tuple[list[Any], list[Any]]:
     """Node-local scratch for the views (emptyDir: the pod's lifetime, rebuilt from the log and
-    a snapshot, no provisioner and no claim to leak), and the token Secret read-only."""
+    a snapshot, no provisioner and no claim to leak), the token Secret read-only, and the
+    backends' credential and CA files."""
     volumes: list[dict[str, Any]] = [{"name": "data", "emptyDir": {"sizeLimit": spec.storage_size}}]
     mounts: list[dict[str, Any]] = [{"name": "data", "mountPath": spec.data_dir}]
     if spec.auth_secret:
         volumes.append({"name": "auth", "secret": {"secretName": spec.auth_secret}})
         mounts.append({"name": "auth", "mountPath": AUTH_MOUNT, "readOnly": True})
-    return volumes, mounts
+    files = [*elasticsearch_access(spec, name).files, *kafka_access(spec, name).files]
+    secret_vols, secret_mounts = secret_volumes(files)
+    return [*volumes, *secret_vols], [*mounts, *secret_mounts]
 
 
 # The in-tree autoscaler (a sidecar KubeRay adds to the head pod) patches the RayCluster, so it
@@ -368,7 +359,7 @@ def render_ray_service(
     _pin_to_pools(serve, gpu_pools)
     on_cpu = [d for d in layout if d["ray_actor_options"]["num_gpus"] == 0]
     env = _pod_env(spec, name, namespace, options)
-    volumes, mounts = _volumes(spec)
+    volumes, mounts = _volumes(spec, name)
     model_volumes, model_mounts = _model_volumes(spec)
     pod_labels = labels(name, generation)
     scratch = spec.storage_size

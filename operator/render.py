@@ -15,7 +15,8 @@ Storage: no shared volume. The log (Kafka: a managed Strimzi cluster or external
 source of truth and every Ray pod keeps its views on node-local scratch (DESIGN.md §2, §5).
 Security: Ray token authentication (KubeRay `authOptions`), a NetworkPolicy per generation, Ray
 pods non-root without capabilities or a service-account token, Secrets mounted only when the
-spec names them (the operator checks their label before applying; see ownership.py).
+spec names them (the operator checks their label before applying; see ownership.py), and TLS
+with scoped users toward Elasticsearch and Kafka (backend_access.py).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from typing import Any
 from ragindex.config import RagIndexSpec
 from ragindex.errors import InvalidInput
 from ragindex.generations import index_generation
+from ragindex.operator.backend_access import elasticsearch_auth
+from ragindex.operator.exposure import render_exposure
 from ragindex.operator.managed_log import render_managed_log
 from ragindex.operator.objects import (
     CONFIG_MAP,
@@ -59,6 +62,10 @@ def named_secrets(spec: RagIndexSpec) -> list[str]:
     names = [
         spec.auth_secret,
         spec.log.credentials_secret,
+        spec.log.ca_secret,
+        spec.lexical.elasticsearch_credentials_secret,
+        spec.lexical.elasticsearch_api_key_secret,
+        spec.lexical.elasticsearch_ca_secret,
         spec.generator.api_key_secret,
         spec.embedder.source.token_secret,
         spec.reranker.source.token_secret if spec.reranker.enabled else None,
@@ -199,6 +206,7 @@ def render(
         objects += render_managed_log(name, namespace, spec, generation, opts, uid)
     objects.append(render_network_policy(name, namespace, generation, opts, uid))
     objects.append(render_ray_service(name, namespace, spec, generation, opts, uid))
+    objects += render_exposure(name, namespace, spec.exposure, generation, uid)
     if managed_elasticsearch(spec):
         objects.append(
             {
@@ -209,8 +217,9 @@ def render(
                 ),
                 "spec": {
                     "version": opts.elasticsearch_version,
-                    # Plain HTTP inside the cluster: the Serve app needs no CA bundle.
-                    "http": {"tls": {"selfSignedCertificate": {"disabled": True}}},
+                    # ECK's TLS stays on (its own CA, which the pods mount); the pods log in as
+                    # the scoped user, never as `elastic`.
+                    "auth": elasticsearch_auth(spec, namespace, name),
                     "nodeSets": [render_elasticsearch_node_set(spec)],
                 },
             }

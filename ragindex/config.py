@@ -22,6 +22,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from ragindex.errors import InvalidInput
+from ragindex.exposure import ExposureSpec
 from ragindex.pod_spec import ManagedElasticsearchSpec, PodsSpec
 
 
@@ -397,6 +398,26 @@ class LexicalSpec(_Spec):
     elasticsearch_url: str | None = Field(
         None, description="External Elasticsearch URL; unset with backend elasticsearch = managed."
     )
+    elasticsearch_credentials_secret: str | None = Field(
+        None,
+        description="External Elasticsearch: Secret with `username` and `password` keys (basic"
+        " auth; a role scoped to the index's aliases, not a superuser), mounted into the pods as"
+        " files. Exclusive with elasticsearchApiKeySecret. It must carry the label"
+        " `ragindex.dev/secret-for: <RagIndex name>`.",
+    )
+    elasticsearch_api_key_secret: str | None = Field(
+        None,
+        description="External Elasticsearch: Secret with an `api-key` key (the `encoded` value"
+        " of the create API key API), mounted into the pods as a file. Exclusive with"
+        " elasticsearchCredentialsSecret. It must carry the label"
+        " `ragindex.dev/secret-for: <RagIndex name>`.",
+    )
+    elasticsearch_ca_secret: str | None = Field(
+        None,
+        description="External Elasticsearch on https: Secret with a `ca.crt` key (PEM CA that"
+        " signs the server's HTTP certificate), mounted into the pods; unset: the system's CAs."
+        " It must carry the label `ragindex.dev/secret-for: <RagIndex name>`.",
+    )
     elasticsearch_alias: str | None = Field(
         None,
         pattern=r"^[a-z][a-z0-9_]{0,99}$",
@@ -439,6 +460,26 @@ class LexicalSpec(_Spec):
     def _url_only_for_elasticsearch(self) -> LexicalSpec:
         if self.elasticsearch_url and self.backend != "elasticsearch":
             raise ValueError("lexical.elasticsearchUrl is only valid with backend elasticsearch")
+        external = {
+            "elasticsearchCredentialsSecret": self.elasticsearch_credentials_secret,
+            "elasticsearchApiKeySecret": self.elasticsearch_api_key_secret,
+            "elasticsearchCaSecret": self.elasticsearch_ca_secret,
+        }
+        for field, value in external.items():
+            if value and not self.elasticsearch_url:
+                raise ValueError(
+                    f"lexical.{field} is only valid with an external elasticsearchUrl (a managed"
+                    " Elasticsearch gets its user and CA from the operator)"
+                )
+        if self.elasticsearch_credentials_secret and self.elasticsearch_api_key_secret:
+            raise ValueError(
+                "lexical.elasticsearchCredentialsSecret and elasticsearchApiKeySecret are"
+                " exclusive: give one"
+            )
+        if self.elasticsearch_ca_secret and not (self.elasticsearch_url or "").startswith(
+            "https://"
+        ):
+            raise ValueError("lexical.elasticsearchCaSecret needs an https:// elasticsearchUrl")
         if self.tenant_isolation == "index-per-tenant" and self.backend != "embedded":
             raise ValueError(
                 "lexical.tenantIsolation index-per-tenant is only offered by the embedded"
@@ -672,8 +713,15 @@ class LogSpec(_Spec):
     )
     credentials_secret: str | None = Field(
         None,
-        description="External: Secret with `username` and `password` keys (SASL SCRAM-SHA-512)."
-        " It must carry the label `ragindex.dev/secret-for: <RagIndex name>`.",
+        description="External: Secret with `username` and `password` keys (SASL SCRAM-SHA-512,"
+        " over TLS: SASL_SSL); the password is mounted into the pods as a file. It must carry"
+        " the label `ragindex.dev/secret-for: <RagIndex name>`.",
+    )
+    ca_secret: str | None = Field(
+        None,
+        description="External: Secret with a `ca.crt` key (PEM CA that signs the brokers'"
+        " certificates), mounted into the pods; the clients then use TLS (SSL, or SASL_SSL with"
+        " credentialsSecret). It must carry the label `ragindex.dev/secret-for: <RagIndex name>`.",
     )
 
     @model_validator(mode="after")
@@ -686,6 +734,10 @@ class LogSpec(_Spec):
             raise ValueError("log.bootstrapServers is required for, and only valid with, external")
         if self.credentials_secret and self.mode != "external":
             raise ValueError("log.credentialsSecret is only valid with mode external")
+        if self.ca_secret and self.mode != "external":
+            raise ValueError(
+                "log.caSecret is only valid with mode external (a managed log's CA is Strimzi's)"
+            )
         return self
 
 
@@ -779,6 +831,11 @@ class RagIndexSpec(_Spec):
         default_factory=PodsSpec,
         description="Cluster runtime: resources, nodeSelector, tolerations, affinity,"
         " topologySpreadConstraints and priorityClassName per Ray pool.",
+    )
+    exposure: ExposureSpec = Field(
+        default_factory=ExposureSpec,
+        description="Cluster runtime: an Ingress or a Gateway API HTTPRoute to the index's"
+        " Service, beside the in-cluster Service that is always there.",
     )
 
     @model_validator(mode="after")

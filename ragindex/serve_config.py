@@ -25,14 +25,10 @@ Runtime = Literal["local", "cluster"]
 APP_IMPORT_PATH = "ragindex.app.serve:build_app"
 
 # Environment the operator sets on cluster pods and the Serve app reads.
-ES_USERNAME_ENV = "RAGINDEX_ES_USERNAME"
-ES_PASSWORD_ENV = "RAGINDEX_ES_PASSWORD"
 AUTH_DIR_ENV = "RAGINDEX_AUTH_DIR"
 # The credential /v1/generation asks of its reader (the operator) in the cluster runtime.
 REPORT_TOKEN_ENV = "RAGINDEX_REPORT_TOKEN"
 KAFKA_BOOTSTRAP_ENV = "RAGINDEX_KAFKA_BOOTSTRAP_SERVERS"
-KAFKA_USERNAME_ENV = "RAGINDEX_KAFKA_USERNAME"
-KAFKA_PASSWORD_ENV = "RAGINDEX_KAFKA_PASSWORD"
 # Set by the operator from generator.apiKeySecret (the served spec names it in apiKeyEnv).
 GENERATOR_API_KEY_ENV = "RAGINDEX_GENERATOR_API_KEY"
 

@@ -19,3 +19,12 @@ OTLP_ENDPOINT_ENV = "OTEL_EXPORTER_OTLP_ENDPOINT"
 SERVE_TRACING_EXPORTER_ENV = "RAY_SERVE_TRACING_EXPORTER_IMPORT_PATH"
 SERVE_TRACING_SAMPLING_ENV = "RAY_SERVE_TRACING_SAMPLING_RATIO"
 TRACING_EXPORTER = "ragindex.telemetry.tracing:span_processors"
+# The operator's own series (ragindex.operator.metrics), served on its --metrics-port.
+OPERATOR_METRICS_PORT = 8081  # kopf's liveness endpoint takes the chart's 8080
+OPERATOR_METRICS_PORT_NAME = "metrics"
+OPERATOR_RECONCILES_TOTAL = "ragindex_operator_reconciles_total"
+OPERATOR_RECONCILE_SECONDS = "ragindex_operator_reconcile_duration_seconds"
+OPERATOR_RAGINDEXES = "ragindex_operator_ragindexes"
+OPERATOR_RAGINDEX_CONDITIONS = "ragindex_operator_ragindex_conditions"
+OPERATOR_OBJECTS_APPLIED_TOTAL = "ragindex_operator_objects_applied_total"
+OPERATOR_OBJECTS_PRUNED_TOTAL = "ragindex_operator_objects_pruned_total"

@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import typing
 from pathlib import Path
 
 from ragindex.app import docs_site
@@ -42,7 +43,10 @@ def _leaf_paths(model: type, prefix: str = "") -> list[str]:
     out = []
     for name, field in model.model_fields.items():  # type: ignore[attr-defined]
         path = f"{prefix}{field.alias or name}"
-        sub = field.annotation
+        # A nested model, or an optional one (`Model | None`), is a section of its own.
+        args = typing.get_args(field.annotation)
+        optional = [a for a in args if a is not type(None)] if type(None) in args else []
+        sub = optional[0] if len(optional) == 1 else field.annotation
         if isinstance(sub, type) and hasattr(sub, "model_fields"):
             out += _leaf_paths(sub, f"{path}.")
         else:

@@ -167,6 +167,19 @@ def test_every_model_validator_has_a_cel_rule() -> None:
         "log.replicationFactor must be <= log.brokers for a managed log",
         "log.bootstrapServers is required for, and only valid with, external",
         "log.credentialsSecret is only valid with mode external",
+        "log.caSecret is only valid with mode external (a managed log's CA is Strimzi's)",
+        *(
+            f"lexical.{field} is only valid with an external elasticsearchUrl (a managed"
+            " Elasticsearch gets its user and CA from the operator)"
+            for field in (
+                "elasticsearchCredentialsSecret",
+                "elasticsearchApiKeySecret",
+                "elasticsearchCaSecret",
+            )
+        ),
+        "lexical.elasticsearchCredentialsSecret and elasticsearchApiKeySecret are exclusive:"
+        " give one",
+        "lexical.elasticsearchCaSecret needs an https:// elasticsearchUrl",
         "dense.index.trainMin must be >= ivf.nlist for the IVF types, and >= 2^pq.nbits for"
         " ivf_pq (FAISS cannot train on fewer vectors)",
         # A transition rule: pydantic never sees the old spec, the API server does.
@@ -174,6 +187,10 @@ def test_every_model_validator_has_a_cel_rule() -> None:
         "source.kind volume needs exactly one of claimName or imageReference",
         "source.claimName, imageReference and path are only valid with volume",
         "source.tokenSecret is only valid with kind hub",
+        "exposure.ingress and exposure.httpRoute are exclusive: expose the index through one"
+        " of them",
+        "exposure.ingress.host is required with tlsSecret: the certificate is served for that host",
+        "exposure.httpRoute.parentRefs needs at least one Gateway",
     }
     assert set(crd_module._CEL) <= {"RagIndexSpec", *RagIndexSpec.model_json_schema()["$defs"]}
 
@@ -324,6 +341,35 @@ INVALID: dict[str, tuple[dict[str, Any], list[str]]] = {
     "log-credentials-with-managed": (
         {"log": {"mode": "managed", "credentialsSecret": "kafka-user"}},
         ["spec.log.credentialsSecret", "only valid with mode external"],
+    ),
+    "log-ca-with-managed": (
+        {"log": {"mode": "managed", "caSecret": "kafka-ca"}},
+        ["spec.log.caSecret", "only valid with mode external"],
+    ),
+    "es-credentials-with-managed": (
+        {"lexical": {"backend": "elasticsearch", "elasticsearchCredentialsSecret": "es-user"}},
+        ["spec.lexical.elasticsearchCredentialsSecret", "only valid with an external"],
+    ),
+    "es-credentials-and-api-key": (
+        {
+            "lexical": {
+                "backend": "elasticsearch",
+                "elasticsearchUrl": "https://es:9200",
+                "elasticsearchCredentialsSecret": "es-user",
+                "elasticsearchApiKeySecret": "es-key",
+            }
+        },
+        ["spec.lexical.elasticsearchApiKeySecret", "exclusive"],
+    ),
+    "es-ca-on-http": (
+        {
+            "lexical": {
+                "backend": "elasticsearch",
+                "elasticsearchUrl": "http://es:9200",
+                "elasticsearchCaSecret": "es-ca",
+            }
+        },
+        ["spec.lexical.elasticsearchCaSecret", "needs an https:// elasticsearchUrl"],
     ),
     "log-unknown-mode": (
         {"log": {"mode": "pulsar"}},
@@ -562,7 +608,18 @@ def test_rendered_objects_are_admitted_by_the_vendored_crds(kube_cluster, kube_n
     RayService (authOptions, autoscalerOptions), ECK, NetworkPolicy and core kinds."""
     example = yaml.safe_load(EXAMPLE.read_text())["spec"]
     external = example | {
-        "log": {"mode": "external", "bootstrapServers": "k:9092", "credentialsSecret": "ku"}
+        "log": {
+            "mode": "external",
+            "bootstrapServers": "k:9093",
+            "credentialsSecret": "ku",
+            "caSecret": "kca",
+        },
+        "lexical": {
+            "backend": "elasticsearch",
+            "elasticsearchUrl": "https://es:9200",
+            "elasticsearchCredentialsSecret": "eu",
+            "elasticsearchCaSecret": "eca",
+        },
     }
     for spec in (example, external):
         objects = render("adm", kube_namespace, RagIndexSpec.model_validate(spec))
@@ -578,7 +635,7 @@ def test_rendered_objects_are_admitted_by_the_vendored_crds(kube_cluster, kube_n
         )
         assert proc.stdout.count("serverside-applied") == len(objects), proc.stdout
     kinds = {o["kind"] for o in render("adm", "x", RagIndexSpec.model_validate(example))}
-    assert {"Kafka", "KafkaNodePool", "KafkaTopic", "NetworkPolicy"} <= kinds
+    assert {"Kafka", "KafkaNodePool", "KafkaTopic", "KafkaUser", "NetworkPolicy"} <= kinds
     # The vendored Strimzi schema is enforced, not merely present.
     bad = render("adm", kube_namespace, RagIndexSpec.model_validate(example))
     topic = next(o for o in bad if o["kind"] == "KafkaTopic")

@@ -100,7 +100,10 @@ def test_rbac_is_least_privilege(kube_cluster) -> None:
         ("kafka.strimzi.io", "kafkas"),
         ("kafka.strimzi.io", "kafkanodepools"),
         ("kafka.strimzi.io", "kafkatopics"),
+        ("kafka.strimzi.io", "kafkausers"),
         ("networking.k8s.io", "networkpolicies"),
+        ("networking.k8s.io", "ingresses"),
+        ("gateway.networking.k8s.io", "httproutes"),
         ("", "configmaps"),
         ("", "services"),
         ("", "persistentvolumeclaims"),
@@ -248,6 +251,7 @@ def test_install_creates_the_objects_and_uninstall_keeps_the_crd(kube_cluster) -
             ("get", "persistentvolumeclaims", "yes"),
             ("create", "kafkatopics.kafka.strimzi.io", "yes"),
             ("create", "networkpolicies.networking.k8s.io", "yes"),
+            ("delete", "ingresses.networking.k8s.io", "yes"),
             ("create", "pods", "no"),
             ("delete", "customresourcedefinitions", "no"),
         ]:

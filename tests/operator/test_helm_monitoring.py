@@ -1,6 +1,7 @@
-"""The chart's monitoring (PodMonitor, PrometheusRule, Grafana dashboard ConfigMap): off by
-default, rendered from the chart's files when on, and installed on the real test API server both
-ways: on, with the vendored monitoring.coreos.com CRDs; off, on an API server without them."""
+"""The chart's monitoring (the operator's metrics Service and ServiceMonitor, PodMonitor,
+PrometheusRule, Grafana dashboard ConfigMap): off by default, rendered from the chart's files
+when on, and installed on the real test API server both ways: on, with the vendored
+monitoring.coreos.com CRDs; off, on an API server without them."""
 
 from __future__ import annotations
 
@@ -14,15 +15,20 @@ import pytest
 import yaml
 
 from ragindex.operator.objects import labels as index_pod_labels
-from ragindex.telemetry_names import METRICS_PORT_NAME
+from ragindex.telemetry_names import (
+    METRICS_PORT_NAME,
+    OPERATOR_METRICS_PORT,
+    OPERATOR_METRICS_PORT_NAME,
+)
 
 pytestmark = pytest.mark.kubernetes
 
 CHART = Path(__file__).resolve().parents[2] / "helm" / "ragindex-operator"
 THIRD_PARTY_CRDS = (CHART.parents[1] / ".." / "shared" / "third_party" / "crds").resolve()
 MONITORING_CRDS = sorted(THIRD_PARTY_CRDS.glob("monitoring.coreos.com_*.yaml"))
-MONITORING_KINDS = {"PodMonitor", "PrometheusRule"}
+MONITORING_KINDS = {"PodMonitor", "PrometheusRule", "ServiceMonitor"}
 ALL_ON = [
+    *("--set", "monitoring.serviceMonitor.enabled=true"),
     *("--set", "monitoring.podMonitor.enabled=true"),
     *("--set", "monitoring.prometheusRule.enabled=true"),
     *("--set", "monitoring.dashboards.enabled=true"),
@@ -42,9 +48,40 @@ def _get(kube_cluster: Any, kind: str, name: str, namespace: str) -> dict[str, A
 
 
 def test_monitoring_is_off_by_default(kube_cluster) -> None:
-    kinds = {kind for kind, _ in _render(kube_cluster)}
+    objs = _render(kube_cluster)
+    kinds = {kind for kind, _ in objs}
     assert not kinds & MONITORING_KINDS
-    assert "ConfigMap" not in kinds
+    assert "ConfigMap" not in kinds and "Service" not in kinds
+    # The operator still serves its metrics on the pod's port, for any scraper.
+    (container,) = objs[("Deployment", "mon-ragindex-operator")]["spec"]["template"]["spec"][
+        "containers"
+    ]
+    assert f"--metrics-port={OPERATOR_METRICS_PORT}" in container["args"]
+    assert {"name": OPERATOR_METRICS_PORT_NAME, "containerPort": OPERATOR_METRICS_PORT,
+            "protocol": "TCP"} in container["ports"]  # fmt: skip
+
+
+def test_service_monitor_scrapes_the_operator_metrics_service(kube_cluster) -> None:
+    objs = _render(kube_cluster, "--set", "monitoring.serviceMonitor.enabled=true")
+    service = objs[("Service", "mon-ragindex-operator-metrics")]
+    pod = objs[("Deployment", "mon-ragindex-operator")]["spec"]["template"]["metadata"]
+    assert service["spec"]["selector"].items() <= pod["labels"].items()
+    assert service["spec"]["ports"] == [
+        {"name": OPERATOR_METRICS_PORT_NAME, "port": OPERATOR_METRICS_PORT,
+         "targetPort": OPERATOR_METRICS_PORT_NAME, "protocol": "TCP"}
+    ]  # fmt: skip
+    monitor = objs[("ServiceMonitor", "mon-ragindex-operator-metrics")]["spec"]
+    assert monitor["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert monitor["namespaceSelector"] == {"matchNames": ["ops"]}
+    (endpoint,) = monitor["endpoints"]
+    assert (endpoint["port"], endpoint["path"]) == (OPERATOR_METRICS_PORT_NAME, "/metrics")
+    # Only the metrics Service is selected, and the switch needs a port to scrape.
+    assert sum(kind == "Service" for kind, _ in objs) == 1
+    proc = kube_cluster.helm(
+        "template", "mon", str(CHART), "--set", "monitoring.serviceMonitor.enabled=true",
+        "--set", "operator.metricsPort=0", check=False,
+    )  # fmt: skip
+    assert proc.returncode != 0 and "operator.metricsPort" in proc.stderr, proc.stderr
 
 
 def test_on_renders_the_chart_files_and_selects_the_index_pods(kube_cluster) -> None:
@@ -102,6 +139,9 @@ def test_install_with_monitoring_on_the_vendored_crds(kube_cluster, release_name
         assert monitor["spec"]["podMetricsEndpoints"][0]["port"] == METRICS_PORT_NAME
         dashboard = _get(kube_cluster, "configmap", "mon-ragindex-operator-dashboard", ns)
         assert json.loads(dashboard["data"]["ragindex.json"])["uid"] == "ragindex-overview"
+        service_monitor = _get(kube_cluster, "servicemonitor", "mon-ragindex-operator-metrics", ns)
+        assert service_monitor["spec"]["endpoints"][0]["port"] == OPERATOR_METRICS_PORT_NAME
+        _get(kube_cluster, "service", "mon-ragindex-operator-metrics", ns)
     finally:
         kube_cluster.helm("uninstall", "mon", "--namespace", ns)
     gone = kube_cluster.kubectl(
@@ -148,5 +188,7 @@ def test_install_with_monitoring_off_where_there_are_no_monitoring_crds(
         kube_cluster.kubectl("get", "deployment", "mon-ragindex-operator", "-n", ns)
         listed = kube_cluster.kubectl("get", "configmap", "-n", ns, "-o", "name").stdout
         assert "mon-ragindex-operator-dashboard" not in listed
+        services = kube_cluster.kubectl("get", "service", "-n", ns, "-o", "name").stdout
+        assert "mon-ragindex-operator-metrics" not in services
     finally:
         kube_cluster.helm("uninstall", "mon", "--namespace", ns)

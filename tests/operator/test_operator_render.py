@@ -10,7 +10,7 @@ import pytest
 import yaml
 from ray.serve.schema import ServeDeploySchema
 
-from ragindex.config import RagIndexSpec
+from ragindex.config import KafkaConnection, RagIndexSpec
 from ragindex.errors import InvalidInput
 from ragindex.generations import index_generation
 from ragindex.operator import RenderOptions
@@ -28,8 +28,6 @@ from ragindex.serve_config import (
     AUTH_DIR_ENV,
     GENERATOR_API_KEY_ENV,
     KAFKA_BOOTSTRAP_ENV,
-    KAFKA_PASSWORD_ENV,
-    KAFKA_USERNAME_ENV,
     REPORT_TOKEN_ENV,
 )
 from ragindex.telemetry_names import (
@@ -48,6 +46,10 @@ from ragindex.topics import (
 )
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "ragindex.yaml"
+
+
+KAFKA_USERNAME_ENV = KafkaConnection.env_name("username")
+KAFKA_PASSWORD_ENV = KafkaConnection.env_name("password")
 
 
 def spec_of(**fields: Any) -> RagIndexSpec:
@@ -109,6 +111,7 @@ def test_example_renders_every_kind_with_a_valid_serve_config() -> None:
         "KafkaTopic",  # docs
         "KafkaTopic",  # chunks.<generation>; the manifest is derived from it, no topic
         "KafkaTopic",  # snapshots.<generation>
+        "KafkaUser",  # the Ray pods' SCRAM user
         "NetworkPolicy",
         "RayService",
         "Service",
@@ -171,7 +174,7 @@ def test_elasticsearch_only_when_managed() -> None:
     assert es["spec"]["nodeSets"][0]["count"] == 3
     # The Serve app is told where ECK's HTTP service is.
     url = serve_config(managed)["applications"][0]["args"]["spec"]["lexical"]["elasticsearchUrl"]
-    assert url == "http://idx-es-es-http.ns.svc:9200"
+    assert url == "https://idx-es-es-http.ns.svc:9200"  # ECK's TLS stays on
 
     external = spec_of(lexical={"backend": "elasticsearch", "elasticsearchUrl": "http://es:9200"})
     assert by_kind(render("idx", "ns", external), "Elasticsearch") == []
@@ -277,7 +280,8 @@ def test_managed_log_renders_strimzi_kafka_and_the_index_topics() -> None:
     kafka = one(objects, "Kafka")
     assert kafka["metadata"]["name"] == "idx-log"
     (listener,) = kafka["spec"]["kafka"]["listeners"]
-    assert (listener["port"], listener["type"], listener["tls"]) == (9092, "internal", False)
+    assert (listener["port"], listener["type"], listener["tls"]) == (9093, "internal", True)
+    assert listener["authentication"] == {"type": "scram-sha-512"}
     # Only this index's Ray pods (any generation) reach the brokers: Strimzi renders the policy.
     assert listener["networkPolicyPeers"] == [
         {"podSelector": {"matchLabels": {LABEL_INDEX: "idx", "ray.io/is-ray-node": "yes"}}}
@@ -290,7 +294,7 @@ def test_managed_log_renders_strimzi_kafka_and_the_index_topics() -> None:
     # would expire them after a quiet week, and the next restart would re-read all of docs.
     assert config["offsets.retention.minutes"] == OFFSETS_RETENTION_MINUTES
     assert OFFSETS_RETENTION_MINUTES >= MIN_OFFSETS_RETENTION_MINUTES > 7 * 24 * 60
-    assert kafka["spec"]["entityOperator"] == {"topicOperator": {}}
+    assert kafka["spec"]["entityOperator"] == {"topicOperator": {}, "userOperator": {}}
     pool = one(objects, "KafkaNodePool")["spec"]
     assert pool["replicas"] == 5 and sorted(pool["roles"]) == ["broker", "controller"]
 
@@ -321,7 +325,7 @@ def test_managed_log_renders_strimzi_kafka_and_the_index_topics() -> None:
         "min.insync.replicas": 2,
         "max.message.bytes": MAX_MESSAGE_BYTES,
     }
-    assert env_of(objects)[KAFKA_BOOTSTRAP_ENV] == "idx-log-kafka-bootstrap.ns.svc:9092"
+    assert env_of(objects)[KAFKA_BOOTSTRAP_ENV] == "idx-log-kafka-bootstrap.ns.svc:9093"
 
 
 def test_external_log_is_bootstrap_servers_and_credentials_by_reference() -> None:
@@ -337,7 +341,10 @@ def test_external_log_is_bootstrap_servers_and_credentials_by_reference() -> Non
     env = env_of(objects)
     assert env[KAFKA_BOOTSTRAP_ENV] == "b1.kafka:9092,b2.kafka:9092"
     assert env[KAFKA_USERNAME_ENV] == {"secretKeyRef": {"name": "kafka-user", "key": "username"}}
-    assert env[KAFKA_PASSWORD_ENV] == {"secretKeyRef": {"name": "kafka-user", "key": "password"}}
+    # The password is a mounted file, never a variable's value.
+    assert KAFKA_PASSWORD_ENV not in env
+    password_file = env["RAGINDEX_KAFKA_PASSWORD_FILE"]
+    assert password_file == "/etc/ragindex/credentials/kafka-credentials/password"
     no_secret = spec_of(log={"mode": "external", "bootstrapServers": "k:9092"})
     assert KAFKA_USERNAME_ENV not in env_of(render("idx", "ns", no_secret))
 
@@ -365,7 +372,7 @@ def test_secrets_reach_pods_only_by_reference_and_only_when_named() -> None:
     assert RagIndexSpec.model_validate(served).generator.api_key_secret is None
     for template in pods(objects):
         secrets = [v["secret"]["secretName"] for v in template["spec"]["volumes"] if "secret" in v]
-        assert secrets == ["tokens"]
+        assert secrets == ["tokens", "kafka-user"]  # the Kafka password as a file
         # The whole Secret is mounted, never a subPath: the kubelet then updates the mounted
         # tokens.json when the Secret changes, so a minted or revoked token reaches the Router.
         mounts = [m for c in template["spec"]["containers"] for m in c.get("volumeMounts", [])]

@@ -15,6 +15,7 @@ import pytest
 import yaml
 from prometheus_client import Counter, Histogram
 
+from ragindex.operator.metrics import OperatorMetrics
 from ragindex.telemetry import instruments
 from ragindex.testing import promtool
 
@@ -30,13 +31,21 @@ ALERT_NAMES = {
     "RagIndexRefusalSpike",
     "RagIndexGenerationFailed",
     "RagIndexReplicaNotReady",
+    "RagIndexNotReconciled",
 }
 
 
 def exported_series() -> set[str]:
-    """Every series name ragindex's instruments expose (counters with `_total`, histograms
-    with their `_bucket`, `_sum` and `_count`)."""
+    """Every series name ragindex's instruments and the operator's expose (counters with
+    `_total`, histograms with their `_bucket`, `_sum` and `_count`)."""
     names: set[str] = set()
+    for family in OperatorMetrics().registry.collect():
+        if family.type == "counter":
+            names.add(f"{family.name}_total")
+        elif family.type == "histogram":
+            names.update(f"{family.name}_{suffix}" for suffix in ("bucket", "sum", "count"))
+        else:
+            names.add(family.name)
     made = instruments()
     for field in made.__dataclass_fields__:
         metric = getattr(made, field)

@@ -65,10 +65,14 @@ every namespace, else a Role's in each watched one (rbac.yaml). */}}
   resources: ["elasticsearches"]
   verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
 - apiGroups: ["kafka.strimzi.io"]
-  resources: ["kafkas", "kafkanodepools", "kafkatopics"]
+  resources: ["kafkas", "kafkanodepools", "kafkatopics", "kafkausers"]
   verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
 - apiGroups: ["networking.k8s.io"]
-  resources: ["networkpolicies"]
+  resources: ["networkpolicies", "ingresses"]
+  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
+# spec.exposure.httpRoute (Gateway API; the operator checks its CRD before applying one).
+- apiGroups: ["gateway.networking.k8s.io"]
+  resources: ["httproutes"]
   verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
 - apiGroups: [""]
   resources: ["configmaps", "services"]
@@ -98,10 +102,11 @@ namespace's Role, else in a ClusterRole bound per namespace (or cluster-wide whe
 {{- define "ragindex-operator.secretRules" -}}
 # Get by name and create only (no list, no watch, no update): the operator reads the labels
 # of the Secrets a RagIndex names, to refuse any without ragindex.dev/secret-for=<index>, and
-# the `elastic` password ECK writes for a managed Elasticsearch, and makes one Secret per
-# RagIndex, <name>-report-token, the credential its generations' Routers ask of whoever reads
-# their build report (the operator itself). KubeRay creates the Ray token Secret, ECK the
-# Elasticsearch one; pods reference them directly.
+# the Elasticsearch credentials and CA its alias switch uses; it makes <name>-report-token, the
+# credential a generation's Router asks of whoever reads its build report (the operator
+# itself), and for a managed Elasticsearch the scoped role and the pods' user (ECK's file
+# realm). KubeRay creates the Ray token Secret, ECK its CA Secret, Strimzi the Kafka user's
+# and cluster CA's; pods reference them directly.
 - apiGroups: [""]
   resources: ["secrets"]
   verbs: ["get", "create"]
