@@ -13,7 +13,9 @@ The model, per dense shard replica (one search thread, FIELD-NOTES):
 - shards: the fewest whose replica fits `replica_memory_gib` and whose p99 fits the dense
   leg's budget (the p99 target less the rest of the query path, measured by bench serve);
 - replicas: enough single-thread replicas per shard for the queries at `UTILIZATION`, and at
-  least MIN_REPLICAS, so a restarting replica never takes its shard away.
+  least MIN_REPLICAS, so a restarting replica never takes its shard away;
+- the dense settings to write in the spec: for the IVF types, nlist grows with the shard
+  (`ivf_nlist_for`) and the training floor with nlist, as FAISS's k-means needs.
 """
 
 from __future__ import annotations
@@ -24,7 +26,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ragindex.config import IVF_TYPES, REFINE_BYTES_PER_DIM, IndexType
+from ragindex.config import (
+    IVF_TYPES,
+    KMEANS_POINTS_PER_CENTROID,
+    REFINE_BYTES_PER_DIM,
+    IndexType,
+    PqSpec,
+)
 from ragindex.errors import InvalidInput
 from ragindex.shards.log_replica import READ_BATCH
 
@@ -117,6 +125,34 @@ class Plan:
     measured_sizes: list[int]
     extrapolated: bool
     notes: list[str]
+    dense_spec: dict[str, Any]
+
+
+# FAISS's guideline for nlist is sqrt(N) to 16 sqrt(N) centroids for N vectors; the scale
+# benchmark's recall at nlist 1,024 fell from 100 k to 300 k vectors per shard, so nlist
+# follows the shard's size instead of staying at the default.
+NLIST_PER_SQRT_VECTORS = 4
+MAX_NLIST = 65_536  # the spec's limit (dense.index.ivf.nlist)
+
+
+def ivf_nlist_for(vectors: int) -> int:
+    """The power of two nearest NLIST_PER_SQRT_VECTORS x sqrt(vectors), within the spec's
+    bounds (100 k vectors: 1,024, the spec's default)."""
+    target = NLIST_PER_SQRT_VECTORS * math.sqrt(max(vectors, 1))
+    return min(MAX_NLIST, 2 ** max(0, round(math.log2(target))))
+
+
+def dense_spec_for(index_type: str, shards: int, vectors_per_shard: int) -> dict[str, Any]:
+    """The spec's `dense` settings for the plan (the IVF types' nlist and training floor)."""
+    dense: dict[str, Any] = {"shards": shards, "index": {"type": index_type}}
+    if index_type in IVF_TYPES:
+        nlist = ivf_nlist_for(vectors_per_shard)
+        centroids = max(nlist, 2 ** PqSpec().nbits) if index_type == "ivf_pq" else nlist
+        dense["index"] |= {
+            "ivf": {"nlist": nlist},
+            "trainMin": KMEANS_POINTS_PER_CENTROID * centroids,
+        }
+    return dense
 
 
 def load_constants(path: Path = CONSTANTS) -> dict[str, Any]:
@@ -237,6 +273,7 @@ def make_plan(request: PlanInput, constants: dict[str, Any]) -> Plan:
         measured_sizes=sizes,
         extrapolated=per_shard > sizes[-1] or request.dim != ref_dim,
         notes=notes,
+        dense_spec=dense_spec_for(request.index_type, shards, per_shard),
     )
 
 
@@ -260,6 +297,7 @@ def plan_lines(request: PlanInput, plan: Plan, constants: dict[str, Any]) -> lis
         f"ingest (embedding)    {plan.ingest_cpu_core_hours:,} core-hours on CPU"
         f" ({plan.ingest_cpu_core_hours / request.node_cores:,.1f} h on one node),"
         f" {plan.ingest_gpu_hours} h on one GPU (assumed rate)",
+        f"spec                  dense: {json.dumps(plan.dense_spec)}",
         f"measured at {', '.join(f'{n:,}' for n in plan.measured_sizes)} vectors x"
         f" {constants['dim']}-d on {source['machine']} ({source['date']}, {source['note']});"
         f" {'extrapolated beyond' if plan.extrapolated else 'within the measurements'}",

@@ -10,12 +10,14 @@ from typing import Any
 
 import pytest
 
+from ragindex.config import RagIndexSpec
 from ragindex.errors import InvalidInput
 from ragindex.measure.plan import (
     ASSUMPTIONS,
     CONSTANTS,
     MIN_REPLICAS,
     PlanInput,
+    ivf_nlist_for,
     latency_at,
     load_constants,
     make_plan,
@@ -77,6 +79,21 @@ def test_ten_million_at_384_dims() -> None:
     assert plan.bootstrap_s == pytest.approx(snapshot / 100e6, abs=0.1)
     assert plan.ingest_cpu_core_hours == pytest.approx(10_000_000 / 18 / 3600, abs=0.1)
     assert plan.ingest_gpu_hours < plan.ingest_cpu_core_hours / 16
+
+
+def test_ivf_nlist_and_training_floor_grow_with_the_shard() -> None:
+    assert ivf_nlist_for(100_000) == 1024  # the spec's default at the size it was measured at
+    assert ivf_nlist_for(1_000_000) == 4096
+    assert ivf_nlist_for(1) == 4 and ivf_nlist_for(10**12) == 65_536
+    plan = make_plan(request(index_type="ivf_pq"), constants())
+    nlist = ivf_nlist_for(plan.vectors_per_shard)
+    assert plan.dense_spec == {
+        "shards": plan.shards,
+        "index": {"type": "ivf_pq", "ivf": {"nlist": nlist}, "trainMin": 39 * nlist},
+    }
+    RagIndexSpec.model_validate({"dense": plan.dense_spec})  # the spec accepts it as written
+    hnsw = make_plan(request(), constants())
+    assert hnsw.dense_spec == {"shards": hnsw.shards, "index": {"type": "hnsw_sq8"}}
 
 
 def test_more_dimensions_cost_more() -> None:
@@ -155,6 +172,7 @@ def test_the_shipped_constants_plan_ten_million() -> None:
     )
     assert out.returncode == 0, out.stderr
     assert "shards" in out.stdout and "replicas per shard" in out.stdout
+    assert 'spec                  dense: {"shards": ' in out.stdout
     bad = subprocess.run(
         [sys.executable, "-m", "ragindex.app.cli", "plan", "--chunks", "-1"],
         capture_output=True,
