@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +22,8 @@ import httpx
 import yaml
 
 from ragindex.errors import BackendUnavailable
-from ragindex.netutil import free_port, port_open
+from ragindex.netutil import free_port
+from ragindex.testing.loopback_process import LoopbackProcess, spawn, wait_ready
 
 BUILD_SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "build_otelcol.sh"
 SPANS_FILE = "spans.jsonl"
@@ -146,13 +145,8 @@ def render_span_tree(spans: Iterable[ExportedSpan]) -> str:
 
 
 @dataclass
-class OtelCollector:
+class OtelCollector(LoopbackProcess):
     """A running collector; `endpoint` is what OTEL_EXPORTER_OTLP_ENDPOINT names."""
-
-    port: int
-    run_dir: Path
-    process: subprocess.Popen[bytes]
-    host: str = "127.0.0.1"
 
     @property
     def endpoint(self) -> str:
@@ -170,23 +164,6 @@ class OtelCollector:
             return []
         return parse_spans(text.splitlines())
 
-    def log_tail(self, chars: int = 4000) -> str:
-        try:
-            return (self.run_dir / "otelcol.log").read_text(errors="replace")[-chars:]
-        except OSError:
-            return ""
-
-    def stop(self) -> None:
-        """End the collector and remove its files."""
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
-        shutil.rmtree(self.run_dir, ignore_errors=True)
-
 
 def start_otelcol(timeout_s: float = 60.0) -> OtelCollector:
     """Start the collector on a free loopback port; returns once its OTLP/HTTP receiver accepts
@@ -196,32 +173,14 @@ def start_otelcol(timeout_s: float = 60.0) -> OtelCollector:
     config = run_dir / "otelcol.yaml"
     port = free_port()
     config.write_text(yaml.safe_dump(otelcol_config(port, run_dir / SPANS_FILE)))
-    with open(run_dir / "otelcol.log", "wb") as log:
-        process = subprocess.Popen(
-            [str(path), f"--config=file:{config}"],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-    collector = OtelCollector(port=port, run_dir=run_dir, process=process)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            tail = collector.log_tail()
-            collector.stop()
-            raise BackendUnavailable(f"the OpenTelemetry Collector exited during start-up:\n{tail}")
-        if port_open(port):
-            with contextlib.suppress(httpx.TransportError):
-                r = httpx.post(f"{collector.endpoint}/v1/traces", json={}, timeout=5)
-                if r.status_code == 200:
-                    return collector
-        time.sleep(0.2)
-    tail = collector.log_tail()
-    collector.stop()
-    raise BackendUnavailable(
-        f"the OpenTelemetry Collector did not accept OTLP within {timeout_s:.0f} s:\n{tail}"
-    )
+    argv = [str(path), f"--config=file:{config}"]
+    collector = OtelCollector(port=port, run_dir=run_dir, process=spawn(argv, run_dir))
+
+    def accepts_otlp() -> bool:  # an empty export: the receiver is up
+        return httpx.post(f"{collector.endpoint}/v1/traces", json={}, timeout=5).status_code == 200
+
+    wait_ready(collector, accepts_otlp, "the OpenTelemetry Collector", timeout_s)
+    return collector
 
 
 @contextlib.contextmanager

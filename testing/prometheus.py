@@ -8,7 +8,6 @@ keeps its TSDB in a run directory that `stop()` removes; every wait is bounded.
 from __future__ import annotations
 
 import contextlib
-import shutil
 import subprocess
 import tempfile
 import time
@@ -21,7 +20,8 @@ import httpx
 import yaml
 
 from ragindex.errors import BackendUnavailable
-from ragindex.netutil import free_port, port_open
+from ragindex.netutil import free_port
+from ragindex.testing.loopback_process import LoopbackProcess, spawn, wait_ready
 
 BUILD_SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "build_prometheus.sh"
 SCRAPE_JOB = "ragindex"
@@ -86,23 +86,12 @@ def scrape_config(
 
 
 @dataclass
-class PrometheusServer:
+class PrometheusServer(LoopbackProcess):
     """A running Prometheus; `url` is its HTTP API."""
-
-    port: int
-    run_dir: Path
-    process: subprocess.Popen[bytes]
-    host: str = "127.0.0.1"
 
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
-
-    def log_tail(self, chars: int = 4000) -> str:
-        try:
-            return (self.run_dir / "prometheus.log").read_text(errors="replace")[-chars:]
-        except OSError:
-            return ""
 
     def api(self, path: str, **params: str) -> Any:
         """The `data` of a successful API answer; an error answer raises with its message."""
@@ -139,17 +128,6 @@ class PrometheusServer:
             for t in self.api("targets")["activeTargets"]
         ]
 
-    def stop(self) -> None:
-        """End the server and remove its data."""
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
-        shutil.rmtree(self.run_dir, ignore_errors=True)
-
 
 def start_prometheus(
     targets: Sequence[str],
@@ -172,35 +150,20 @@ def start_prometheus(
         )
     )
     port = free_port()
-    with open(run_dir / "prometheus.log", "wb") as log:
-        process = subprocess.Popen(
-            [
-                str(bins / "prometheus"),
-                f"--config.file={config}",
-                f"--storage.tsdb.path={run_dir / 'data'}",
-                f"--web.listen-address=127.0.0.1:{port}",
-                "--log.level=warn",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-    server = PrometheusServer(port=port, run_dir=run_dir, process=process)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            tail = server.log_tail()
-            server.stop()
-            raise BackendUnavailable(f"Prometheus exited during start-up:\n{tail}")
-        if port_open(port):
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(f"{server.url}/-/ready", timeout=5).status_code == 200:
-                    return server
-        time.sleep(0.2)
-    tail = server.log_tail()
-    server.stop()
-    raise BackendUnavailable(f"Prometheus not ready after {timeout_s:.0f} s:\n{tail}")
+    argv = [
+        str(bins / "prometheus"),
+        f"--config.file={config}",
+        f"--storage.tsdb.path={run_dir / 'data'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--log.level=warn",
+    ]
+    server = PrometheusServer(port=port, run_dir=run_dir, process=spawn(argv, run_dir))
+
+    def ready() -> bool:
+        return httpx.get(f"{server.url}/-/ready", timeout=5).status_code == 200
+
+    wait_ready(server, ready, "Prometheus", timeout_s)
+    return server
 
 
 @contextlib.contextmanager

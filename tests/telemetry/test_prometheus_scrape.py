@@ -41,6 +41,15 @@ DOCS = [
 QUERIES = ["how does a lighthouse guide ships", "lava from a volcano", "baking bread", "comet"]
 FLOOD = 60  # searches the flooding tenant sends back to back
 SCRAPE_WAIT_S = 60.0
+# Series the run prints from /metrics for a reader (`pytest -s`): freshness, offsets, lag,
+# stage counts, refusals.
+EXCERPT = (
+    "ragindex_view_freshness_seconds",
+    "ragindex_view_applied_offset",
+    "ragindex_ingest_consumer_lag_records",
+    "ragindex_query_stage_seconds_count",
+    "ragindex_admission_refused_total",
+)
 
 
 @dataclass
@@ -125,7 +134,10 @@ def run(served: tuple[str, Path], prometheus: PrometheusServer) -> Run:
             refused += sum(s.status_code == 429 for s in statuses)
             searches += sum(s.status_code == 200 for s in statuses)
             _wait_scraped(prometheus, "sum(ragindex_admission_refused_total)", refused)
+        exposition = http.get("/metrics").text
     assert refused > 0, "the flood was never refused: admission did not limit the tenant"
+    print("\n/metrics after the run (excerpt):")  # `pytest -s` shows what was scraped
+    print("\n".join(line for line in exposition.splitlines() if line.startswith(EXCERPT)))
     return Run(url=url, refused=refused, searches=searches)
 
 
@@ -143,7 +155,9 @@ def _value(prometheus: PrometheusServer, promql: str) -> float | None:
 
 
 def _by(prometheus: PrometheusServer, promql: str, label: str) -> dict[str, float]:
-    return {s["metric"].get(label, ""): float(s["value"][1]) for s in prometheus.query(promql)}
+    found = {s["metric"].get(label, ""): float(s["value"][1]) for s in prometheus.query(promql)}
+    print(f"PromQL {promql} -> {found}")
+    return found
 
 
 def test_freshness_of_every_view_is_within_the_bound(
