@@ -179,6 +179,12 @@ def add_commands(sub: argparse._SubParsersAction[Any]) -> None:
     )
     b.add_argument("--queries", type=int, default=200, help="generated queries per search row")
     b.add_argument(
+        "--nlist-by-size",
+        action="store_true",
+        help="IVF types: nlist as `ragindex plan` writes it for each size (4 sqrt(vectors), a"
+        " power of two) instead of the spec's default",
+    )
+    b.add_argument(
         "--validate",
         action="store_true",
         help="first compare generated vectors with held-out real ones (NN distances, recall)",

@@ -15,7 +15,7 @@ The model, per dense shard replica (one search thread, FIELD-NOTES):
 - replicas: enough single-thread replicas per shard for the queries at `UTILIZATION`, and at
   least MIN_REPLICAS, so a restarting replica never takes its shard away;
 - the dense settings to write in the spec: for the IVF types, nlist grows with the shard
-  (`ivf_nlist_for`) and the training floor with nlist, as FAISS's k-means needs.
+  (`ivf_nlist_for`; the spec's training minimum follows nlist).
 """
 
 from __future__ import annotations
@@ -26,13 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ragindex.config import (
-    IVF_TYPES,
-    KMEANS_POINTS_PER_CENTROID,
-    REFINE_BYTES_PER_DIM,
-    IndexType,
-    PqSpec,
-)
+from ragindex.config import IVF_TYPES, REFINE_BYTES_PER_DIM, IndexType
 from ragindex.errors import InvalidInput
 from ragindex.shards.log_replica import READ_BATCH
 
@@ -143,15 +137,10 @@ def ivf_nlist_for(vectors: int) -> int:
 
 
 def dense_spec_for(index_type: str, shards: int, vectors_per_shard: int) -> dict[str, Any]:
-    """The spec's `dense` settings for the plan (the IVF types' nlist and training floor)."""
+    """The spec's `dense` settings for the plan (the IVF types' nlist)."""
     dense: dict[str, Any] = {"shards": shards, "index": {"type": index_type}}
     if index_type in IVF_TYPES:
-        nlist = ivf_nlist_for(vectors_per_shard)
-        centroids = max(nlist, 2 ** PqSpec().nbits) if index_type == "ivf_pq" else nlist
-        dense["index"] |= {
-            "ivf": {"nlist": nlist},
-            "trainMin": KMEANS_POINTS_PER_CENTROID * centroids,
-        }
+        dense["index"]["ivf"] = {"nlist": ivf_nlist_for(vectors_per_shard)}
     return dense
 
 

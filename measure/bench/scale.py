@@ -35,10 +35,11 @@ import faiss
 import numpy as np
 import psutil
 
-from ragindex.config import DenseSpec, IndexType
+from ragindex.config import IVF_TYPES, DenseSpec, IndexType
 from ragindex.errors import InvalidInput
 from ragindex.measure.bench.scale_vectors import Generator, as_dict
 from ragindex.measure.bench.served_vectors import CHUNKS, ServedVectors, vector_chunk
+from ragindex.measure.plan import ivf_nlist_for
 from ragindex.measure.stats import Goals, missed_goals, percentiles, split_warmup, text_table
 from ragindex.shards import LogShardReplica, SnapshotTopic
 from ragindex.shards.log_replica import SNAPSHOT_DIR
@@ -136,6 +137,7 @@ def measure_type(
     million = 1e6 / built
     return replica, {
         "kind": replica.shard.kind_of(TENANT),
+        "nlist": spec.ivf.nlist if kind in IVF_TYPES else None,
         "vectors": built,
         "build_s": round(build_s, 3),
         "rss_bytes_per_million": int(rss_delta * million),
@@ -213,9 +215,11 @@ def run_scale(
     queries: int = 200,
     work_dir: Path | None = None,
     seed: int = 0,
+    nlist_by_size: bool = False,
 ) -> dict[str, Any]:
     """The scale report: `sizes` -> type -> row, `filtered` (largest size) -> type -> share
-    -> row, and what produced them. Sizes run smallest first, one type at a time."""
+    -> row, and what produced them. Sizes run smallest first, one type at a time. With
+    `nlist_by_size` the IVF types get `ragindex plan`'s nlist for each size, not the spec's."""
     if not sizes or any(n < 1000 for n in sizes):
         raise InvalidInput(f"--sizes: at least one size, each >= 1000 vectors, got {sizes}")
     unknown = sorted(set(types) - set(INDEX_TYPES))
@@ -226,7 +230,15 @@ def run_scale(
     query_vectors = generator.generate(queries, seed + 7)
     report: dict[str, Any] = {"sizes": {}, "filtered": {}}
     largest = max(sizes)
+    nlists: dict[str, int] = {}
     for size in sorted(sizes):
+        at_size = dense
+        if nlist_by_size:
+            nlists[str(size)] = ivf_nlist_for(size)
+            ivf = dense.index.ivf.model_copy(update={"nlist": nlists[str(size)]})
+            at_size = dense.model_copy(
+                update={"index": dense.index.model_copy(update={"ivf": ivf})}
+            )
         vectors = generator.generate(size, seed)
         tail = generator.generate(max(1, int(size * TAIL_SHARE)), seed + 1)
         ids = _ids(0, size)
@@ -238,10 +250,10 @@ def run_scale(
             rows: dict[str, Any] = {}
             report["sizes"][str(size)] = rows
             for kind in types:
-                served = ServedVectors(root / f"log-{kind}", identity(dim), dense)
+                served = ServedVectors(root / f"log-{kind}", identity(dim), at_size)
                 print(f"{size:,} vectors, {kind}: writing the log ...", file=sys.stderr)
                 served.write(_chunks(ids), vectors)
-                replica, row = measure_type(served, dense, kind, tail, root)
+                replica, row = measure_type(served, at_size, kind, tail, root)
                 row.update(search_row(replica, query_vectors, truth))
                 if size == largest:
                     report["filtered"][kind] = filtered_rows(
@@ -258,6 +270,7 @@ def run_scale(
         "queries": queries,
         "generator": as_dict(generator),
         "dense": dense.model_dump(mode="json"),
+        "ivf_nlist_by_size": nlists or None,
         "cores": os.cpu_count(),
         "faiss_threads": faiss.omp_get_max_threads(),
         "memory_bytes": psutil.virtual_memory().total,
@@ -407,7 +420,13 @@ def bench_scale_command(args: Any) -> int:
         real = real_vectors(args.anchors)
         report["validation"] = validate(real, queries=min(500, len(real) // 10))
         print("\n".join(validation_lines(report["validation"])))
-    report |= run_scale(scale_generator(args.anchors), sizes, types, queries=args.queries)
+    report |= run_scale(
+        scale_generator(args.anchors),
+        sizes,
+        types,
+        queries=args.queries,
+        nlist_by_size=args.nlist_by_size,
+    )
     print(scale_table(report))
     if args.json:
         write_json(args.json, report)

@@ -22,7 +22,7 @@ from ragindex.measure.bench.scale_vectors import (
     uniform_unit,
     validate,
 )
-from ragindex.measure.plan import PlanInput, constants_from_scale, make_plan
+from ragindex.measure.plan import PlanInput, constants_from_scale, ivf_nlist_for, make_plan
 
 REAL = 1000  # the bundled collections' first passages: embedded once, then cached
 
@@ -112,6 +112,15 @@ def test_bench_scale_small(generator: Generator, tmp_path: Path) -> None:
     constants = constants_from_scale(report, "test")
     plan = make_plan(PlanInput(200_000, 384, "hnsw", 10, 100, 5), constants)
     assert plan.shards >= 1 and plan.extrapolated
+
+
+def test_nlist_by_size_builds_each_size_with_the_plans_nlist(generator: Generator) -> None:
+    dense = DenseSpec(exact_threshold=1000, index=DenseIndexSpec(train_min=2000))
+    report = run_scale(generator, [5000], ["ivf_sq8"], dense, queries=20, nlist_by_size=True)
+    assert report["run"]["ivf_nlist_by_size"] == {"5000": ivf_nlist_for(5000)} == {"5000": 256}
+    row = report["sizes"]["5000"]["ivf_sq8"]
+    assert row["kind"] == "ivf_sq8" and row["nlist"] == 256
+    assert report["run"]["dense"]["index"]["ivf"]["nlist"] == 1024  # the spec, as given
 
 
 def test_run_scale_refuses_bad_sizes_and_types(generator: Generator) -> None:
