@@ -234,30 +234,43 @@ def added_latency(
 
 # The defaults sweep (`--defaults`): each setting changed alone from the base spec, on every
 # collection. Index-time settings need their own ingested index; query-time ones reuse the
-# base index (or the contextual one, where a combination is worth knowing).
+# index of their row. The previous defaults (before contextual chunks, the title only in the
+# body and 256-token chunks) are a row of their own.
+PREVIOUS_DEFAULTS = {"chunking": {"contextual": False, "max_tokens": 200}}
 INDEX_VARIANTS: list[Variant] = [
     ("default", {}),
-    ("contextual", {"chunking": {"contextual": True}}),
+    ("contextual off", {"chunking": {"contextual": False}}),
     ("maxTokens=128", {"chunking": {"max_tokens": 128}}),
+    ("maxTokens=200", {"chunking": {"max_tokens": 200}}),
+    ("overlap=0.25", {"chunking": {"overlap": 0.25}}),
+    ("all-mpnet-base-v2", {"embedder": {"model": "all-mpnet-base-v2"}}),
+    ("contextual off, maxTokens=200", PREVIOUS_DEFAULTS),
 ]
 QUERY_VARIANTS: dict[str, list[Variant]] = {
     "default": [
-        ("titleBoost=0", {"lexical": {"title_boost": 0.0}}),
+        ("titleBoost=1", {"lexical": {"title_boost": 1.0}}),
         ("rm3", {"feedback": {"rm3": {"enabled": True, "docs": 5, "terms": 10}}}),
     ],
-    # The title is in the body of a contextual chunk: without the title field, one field.
-    "contextual": [("contextual + titleBoost=0", {"lexical": {"title_boost": 0.0}})],
+    "contextual off, maxTokens=200": [
+        ("previous defaults", {"lexical": {"title_boost": 1.0}}),
+    ],
 }
 DEFAULTS_COLLECTIONS = ("cranfield", "gnu-manuals", "nodejs-api")
 RULE_MAX_LOSS = 0.005  # a new default may cost no collection more held-out nDCG@10 than this
 
 
 def defaults_rows(
-    collection: Collection, base: RagIndexSpec, log: Callable[[str], None] = print
+    collection: Collection,
+    base: RagIndexSpec,
+    log: Callable[[str], None] = print,
+    only: Sequence[str] = (),
 ) -> Iterator[dict[str, Any]]:
-    """Every variant of INDEX_VARIANTS and QUERY_VARIANTS measured on one collection, one row
-    at a time: per leg, metric means per split and ms per query (`measure`)."""
+    """Every variant of INDEX_VARIANTS (those labelled in `only`, if given) and their
+    QUERY_VARIANTS measured on one collection, one row at a time: per leg, metric means per
+    split and ms per query (`measure`)."""
     for label, change in INDEX_VARIANTS:
+        if only and label not in only:
+            continue
         spec = with_change(base, change)
         index = EmbeddedIndex(eval_data_dir(collection, spec), spec)
         try:
@@ -279,12 +292,13 @@ def defaults_summary(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per variant: hybrid held-out nDCG@10 and recall@100 per collection and their means,
     hybrid latency as a ratio to the default's on the same collection, and the rule's verdict
     (a default changes only if the mean rises and no collection loses more than
-    RULE_MAX_LOSS). Only variants measured on every collection are summarized."""
+    RULE_MAX_LOSS). Only variants measured on every collection, and only once the default
+    is measured on every collection, are summarized."""
     by = {(r["collection"], r["variant"]): r["hybrid"] for r in rows}
     collections = sorted({r["collection"] for r in rows})
     out = []
     for variant in dict.fromkeys(r["variant"] for r in rows):
-        if any((name, variant) not in by for name in collections):
+        if any((name, v) not in by for name in collections for v in (variant, "default")):
             continue
         per: dict[str, dict[str, float]] = {}
         for name in collections:
@@ -316,6 +330,8 @@ def defaults_summary(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def summary_table(summary: Sequence[dict[str, Any]]) -> str:
     """The summary as a Markdown table: nDCG@10 / recall@100 (latency ratio) per collection."""
+    if not summary:
+        return "(nothing to summarize: no variant measured beside the default on every collection)"
     names = list(summary[0]["collections"])
     head = ["setting", *names, "mean", "rule"]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
@@ -331,13 +347,17 @@ def summary_table(summary: Sequence[dict[str, Any]]) -> str:
 
 
 def defaults_sweep(
-    names: Sequence[str], base: RagIndexSpec, out: Path, log: Callable[[str], None] = print
+    names: Sequence[str],
+    base: RagIndexSpec,
+    out: Path,
+    log: Callable[[str], None] = print,
+    only: Sequence[str] = (),
 ) -> None:
     """The defaults sweep on every named collection, `out` rewritten after each row (a long
     sweep stopped early leaves what it measured)."""
     rows: list[dict[str, Any]] = []
     for name in names:
-        for row in defaults_rows(resolve_collection(name), base, log):
+        for row in defaults_rows(resolve_collection(name), base, log, only):
             rows.append(row)
             summary = defaults_summary(rows)
             base_json = base.model_dump(mode="json", by_alias=True)
@@ -357,7 +377,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--defaults",
         action="store_true",
-        help="the defaults sweep: contextual chunks, chunk size, the title field and feedback,"
+        help="the defaults sweep: contextual chunks, chunk size and overlap, the title field, RM3"
+        " and the mpnet embedder,"
         " each alone, on every collection of --collections",
     )
     parser.add_argument(
@@ -365,6 +386,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         nargs="+",
         default=list(DEFAULTS_COLLECTIONS),
         help="collections of the defaults sweep (default: every bundled one and Cranfield)",
+    )
+    parser.add_argument(
+        "--variants",
+        nargs="+",
+        default=[],
+        choices=[label for label, _ in INDEX_VARIANTS],
+        help="index variants of the defaults sweep to run, with their query-time variants"
+        " (default: all; 'default' is needed once for the comparison)",
     )
     parser.add_argument(
         "--summarize",
@@ -382,7 +411,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     base = load_spec(args.spec)
     if args.defaults:
-        defaults_sweep(args.collections, base, args.json)
+        defaults_sweep(args.collections, base, args.json, only=args.variants)
         return 0
     collection = resolve_collection("cranfield")
     index = EmbeddedIndex(eval_data_dir(collection, base), base)

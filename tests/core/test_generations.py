@@ -96,12 +96,16 @@ def test_every_generation_field_says_so_in_the_crd() -> None:
 
 def test_specs_without_index_types_keep_their_generation() -> None:
     """The generation of a spec written before `dense.index` existed is unchanged (a new
-    field in the identity would rebuild every running index on upgrade)."""
-    assert index_generation(spec()) == "03b5db25"
-    assert index_generation(spec(dense={"shards": 3, "hnsw": {"m": 16}})) == "ada964e7"
-    assert index_generation(spec(dense={"index": {"type": "hnsw", "ivf": {"nlist": 8}}})) == (
-        "03b5db25"
+    field in the identity would rebuild every running index on upgrade). Such a spec holds
+    the chunking defaults of its time (`contextual: false`, `maxTokens: 200`): the API server
+    wrote them into every stored RagIndex."""
+    before = {"contextual": False, "max_tokens": 200}
+    assert index_generation(spec(chunking=before)) == "03b5db25"
+    assert index_generation(spec(chunking=before, dense={"shards": 3, "hnsw": {"m": 16}})) == (
+        "ada964e7"
     )
+    ivf_unused = {"index": {"type": "hnsw", "ivf": {"nlist": 8}}}
+    assert index_generation(spec(chunking=before, dense=ivf_unused)) == "03b5db25"
 
 
 IVF_PQ = {"type": "ivf_pq", "trainMin": 40_000, "ivf": {"nlist": 1024, "nprobe": 16}}

@@ -25,7 +25,8 @@ def words(text: str) -> int:
 
 
 def spec(**fields: object) -> ChunkingSpec:
-    return ChunkingSpec.model_validate(fields)
+    """The cutting alone: contextual prefixes are tests/ingest/test_contextual.py's."""
+    return ChunkingSpec.model_validate({"contextual": False, **fields})
 
 
 def md_doc(text: str) -> Document:

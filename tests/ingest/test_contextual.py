@@ -87,9 +87,10 @@ def test_bm25_index_matches_the_prefix_and_hands_back_the_chunk_as_written() -> 
     assert all(h.chunk == next(c for c in written if c.chunk_id == h.chunk_id) for h in hits)
 
 
-def test_contextual_starts_a_new_generation_and_off_keeps_the_old_one() -> None:
-    off = RagIndexSpec()
-    on = RagIndexSpec.model_validate({"chunking": {"contextual": True}})
+def test_contextual_is_the_default_and_off_keeps_the_old_generation() -> None:
+    on = RagIndexSpec.model_validate({"chunking": {"max_tokens": 200}})
+    off = RagIndexSpec.model_validate({"chunking": {"contextual": False, "max_tokens": 200}})
+    assert on.chunking.contextual
     assert index_generation(off) == "03b5db25"  # specs from before the setting: unchanged
     assert index_generation(on) != index_generation(off)
     assert changed_generation_fields(off, on) == ["chunking.contextual"]

@@ -55,3 +55,15 @@ def test_every_variant_is_a_valid_spec_change() -> None:
     for label, change in [*INDEX_VARIANTS, *(v for vs in QUERY_VARIANTS.values() for v in vs)]:
         assert label == "default" or with_change(base, change) != base, label
     assert set(QUERY_VARIANTS) <= {label for label, _ in INDEX_VARIANTS}
+
+
+def test_variants_wait_for_the_default_on_every_collection() -> None:
+    """Runs split by variant (one run for the slow embedder, say) summarize nothing until the
+    default is measured on every collection they cover."""
+    alone = [row("a", "slow model", 0.5), row("b", "slow model", 0.7)]
+    assert defaults_summary(alone) == []
+    assert "nothing to summarize" in summary_table([])
+    half = [*alone, row("a", "default", 0.4)]
+    assert defaults_summary(half) == []
+    whole = [*half, row("b", "default", 0.6)]
+    assert verdicts(whole) == {"slow model": True, "default": False}
