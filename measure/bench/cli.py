@@ -30,6 +30,7 @@ from ragindex.measure.bench.bm25 import (
     with_synthetic,
 )
 from ragindex.measure.bench.filtered import AccessKind, run_access_bench, run_filtered_bench
+from ragindex.measure.bench.peer import boosts
 from ragindex.measure.bench.tenancy import collection_chunks, run_tenancy_bench, tenancy_table
 from ragindex.measure.evals.cli import cache_dir, eval_data_dir
 from ragindex.measure.evals.collections import Collection, load_cranfield
@@ -164,7 +165,9 @@ def bm25_bench(
         print(f"ingesting {collection.name} into {data_dir} ...", file=sys.stderr, flush=True)
         ingest_collection(collection, index.upsert)
         url = es_url or stack.enter_context(running_elasticsearch()).url
-        es = ElasticsearchIndex.open(url, BENCH_ALIAS, timeout_s=ES_BENCH_TIMEOUT_S)
+        es = ElasticsearchIndex.open(
+            url, BENCH_ALIAS, timeout_s=ES_BENCH_TIMEOUT_S, boosts=boosts(spec)
+        )
         stack.callback(es.close)
         stack.callback(es.drop)
         offsets = Path(stack.enter_context(tempfile.TemporaryDirectory())) / "es-offsets.json"

@@ -23,6 +23,7 @@ from ragindex.measure.bench.bm25 import (
     time_searches,
     with_synthetic,
 )
+from ragindex.measure.bench.peer import boosts
 from ragindex.measure.evals import Collection
 from ragindex.measure.evals.runner import DEFAULT_TENANT, ingest_collection
 from ragindex.measure.servers import EsServer
@@ -47,7 +48,7 @@ def engine_with(engine: EmbeddedIndex, lexical: LexicalIndex) -> QueryEngine:
 
 @pytest.fixture
 def copied(engine: EmbeddedIndex, tmp_path: Path) -> Iterator[TantivyIndex]:
-    index = TantivyIndex.open(tmp_path / "copy")
+    index = TantivyIndex.open(tmp_path / "copy", boosts=boosts(engine.spec))
     yield index
     index.close()
 
