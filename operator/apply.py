@@ -119,6 +119,11 @@ async def name_conflicts(
     return found
 
 
+def managed_crds(kinds: Iterable[tuple[str, str]] = MANAGED_KINDS) -> set[str]:
+    """The CRDs that serve the custom kinds among `kinds`."""
+    return {CUSTOM_KINDS[k].crd for k in kinds if k in CUSTOM_KINDS}
+
+
 async def installed_crds(client: AsyncClient, names: Iterable[str]) -> set[str]:
     """Which of the named CustomResourceDefinitions the API server has."""
     found = set()
@@ -162,19 +167,20 @@ async def list_managed(
     index: str,
     uid: str,
     kinds: Iterable[tuple[str, str]] = MANAGED_KINDS,
+    installed: set[str] | None = None,
 ) -> list[ObjectRef]:
     """Live objects of the managed kinds that carry this index's labels and are owned by it
     (labels can be copied; the owner's uid cannot).
 
     A kind whose CRD is not installed (no ECK in a cluster that never needed it) has nothing:
     it is not listed at all, since the API server answers a group it lacks with a bare 404
-    page, which lightkube does not turn into an ApiError.
+    page, which lightkube does not turn into an ApiError. `installed` (the CRDs the caller
+    already looked up, at least those of `kinds`' custom kinds) saves asking again.
     """
     selector: dict[str, Any] = {LABEL_INDEX: index, LABEL_MANAGED_BY: FIELD_MANAGER}
     kinds = list(kinds)
-    installed = await installed_crds(
-        client, {CUSTOM_KINDS[k].crd for k in kinds if k in CUSTOM_KINDS}
-    )
+    if installed is None:
+        installed = await installed_crds(client, managed_crds(kinds))
     found: list[ObjectRef] = []
     for kind in kinds:
         if kind in CUSTOM_KINDS and CUSTOM_KINDS[kind].crd not in installed:
@@ -215,9 +221,11 @@ async def prune(
     uid: str,
     desired: Iterable[dict[str, Any]],
     keep_generations: Iterable[str | None] = (),
+    installed: set[str] | None = None,
 ) -> list[ObjectRef]:
-    """Delete managed objects of this index that are not desired; returns what was deleted."""
-    existing = await list_managed(client, namespace, index, uid)
+    """Delete managed objects of this index that are not desired; returns what was deleted.
+    `installed`: as for `list_managed`."""
+    existing = await list_managed(client, namespace, index, uid, installed=installed)
     doomed = objects_to_prune(existing, [ref_of(o) for o in desired], keep_generations)
     await delete_refs(client, namespace, doomed)
     return doomed

@@ -66,7 +66,6 @@ from ragindex.operator.objects import (
     elasticsearch_user_secret,
     managed_elasticsearch,
     missing_crds,
-    needed_crds,
     ray_service_name,
     validate_name,
 )
@@ -152,6 +151,14 @@ def _namespaced(namespace: str | None) -> str:
 def _write_status(patch: kopf.Patch, current: Any, desired: dict[str, Any]) -> None:
     for key, value in status_patch(current, desired).items():
         patch.status[key] = value
+
+
+def _check_crds(objects: list[dict[str, Any]], installed: set[str]) -> None:
+    """Refuse (CRDMissing) objects of a kind the API server does not serve, before applying
+    any: e.g. an HTTPRoute where the Gateway API is not installed."""
+    missing = missing_crds(objects, installed)
+    if missing:
+        raise Refused("CRDMissing", missing)
 
 
 class RagIndexOperator:
@@ -271,7 +278,9 @@ class RagIndexOperator:
         objects = render(
             name, namespace, spec, uid=uid, active_generation=active, options=self.options.render
         )
-        await self._check_crds(objects)
+        # Every managed custom kind's CRD, looked up once for the check and the prune.
+        installed = await apply.installed_crds(self.kube, apply.managed_crds())
+        _check_crds(objects, installed)
         await self._check_models(namespace, spec)
         refused = await apply.refused_secrets(self.kube, namespace, name, named_secrets(spec))
         if refused:
@@ -293,17 +302,10 @@ class RagIndexOperator:
             uid,
             objects,
             keep_generations=(active, index_generation(spec), *kept),
+            installed=installed,
         )
         self.metrics.pruned(pruned)
         return await self._cluster_serving(namespace, name, uid, spec, status, generation, True)
-
-    async def _check_crds(self, objects: list[dict[str, Any]]) -> None:
-        """Refuse (CRDMissing) objects of a kind the API server does not serve, before
-        applying any: e.g. an HTTPRoute where the Gateway API is not installed."""
-        installed = await apply.installed_crds(self.kube, needed_crds(objects))
-        missing = missing_crds(objects, installed)
-        if missing:
-            raise Refused("CRDMissing", missing)
 
     async def _ensure_elasticsearch_user(
         self, namespace: str, name: str, uid: str, spec: RagIndexSpec

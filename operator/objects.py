@@ -380,11 +380,6 @@ ELASTICSEARCH_USER = "ragindex"
 ELASTICSEARCH_ROLE = "ragindex_index"
 
 
-def needed_crds(objects: Iterable[dict[str, Any]]) -> set[str]:
-    """The CRDs that serve the custom kinds among `objects`."""
-    return {c.crd for o in objects if (c := CUSTOM_KINDS.get((o["apiVersion"], o["kind"])))}
-
-
 def missing_crds(objects: Iterable[dict[str, Any]], installed: Iterable[str]) -> list[str]:
     """One message per custom kind among `objects` whose CRD is not in `installed`."""
     have = set(installed)
