@@ -15,7 +15,8 @@ The model, per dense shard replica (one search thread, FIELD-NOTES):
 - replicas: enough single-thread replicas per shard for the queries at `UTILIZATION`, and at
   least MIN_REPLICAS, so a restarting replica never takes its shard away;
 - the dense settings to write in the spec: for the IVF types, nlist grows with the shard
-  (`ivf_nlist_for`; the spec's training minimum follows nlist).
+  (`ivf_nlist_for`; the spec's training minimum follows nlist), and for ivf_pq the refine
+  step's k-factor too (`refine_k_factor_for`).
 """
 
 from __future__ import annotations
@@ -127,6 +128,12 @@ class Plan:
 # follows the shard's size instead of staying at the default.
 NLIST_PER_SQRT_VECTORS = 4
 MAX_NLIST = 65_536  # the spec's limit (dense.index.ivf.nlist)
+# ivf_pq's recall@10 rests on how many candidates its refine step re-scores (bench scale,
+# docs/capacity.md): k-factor 8 gave 0.973 at 300 k vectors per shard but 0.940 at 1 M, where
+# 16 gave 0.965. So past the largest size where 8 was measured to hold 0.95, the plan writes 16.
+REFINE_K_FACTOR = 8  # the spec's default
+LARGE_SHARD_REFINE_K_FACTOR = 16
+REFINE_K_FACTOR_MEASURED_UP_TO = 300_000
 
 
 def ivf_nlist_for(vectors: int) -> int:
@@ -136,11 +143,23 @@ def ivf_nlist_for(vectors: int) -> int:
     return min(MAX_NLIST, 2 ** max(0, round(math.log2(target))))
 
 
+def refine_k_factor_for(index_type: str, vectors: int) -> int:
+    """ivf_pq's refine k-factor for a shard of `vectors` (REFINE_K_FACTOR_MEASURED_UP_TO); the
+    other types' recall does not rest on it (ivf_sq8's SQ8 refine codes cap it)."""
+    if index_type == "ivf_pq" and vectors > REFINE_K_FACTOR_MEASURED_UP_TO:
+        return LARGE_SHARD_REFINE_K_FACTOR
+    return REFINE_K_FACTOR
+
+
 def dense_spec_for(index_type: str, shards: int, vectors_per_shard: int) -> dict[str, Any]:
-    """The spec's `dense` settings for the plan (the IVF types' nlist)."""
+    """The spec's `dense` settings for the plan (the IVF types' nlist, ivf_pq's refine
+    k-factor where the spec's default is not enough)."""
     dense: dict[str, Any] = {"shards": shards, "index": {"type": index_type}}
     if index_type in IVF_TYPES:
         dense["index"]["ivf"] = {"nlist": ivf_nlist_for(vectors_per_shard)}
+    k_factor = refine_k_factor_for(index_type, vectors_per_shard)
+    if k_factor != REFINE_K_FACTOR:
+        dense["index"]["refine"] = {"kFactor": k_factor}
     return dense
 
 

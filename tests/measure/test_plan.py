@@ -15,12 +15,17 @@ from ragindex.errors import InvalidInput
 from ragindex.measure.plan import (
     ASSUMPTIONS,
     CONSTANTS,
+    LARGE_SHARD_REFINE_K_FACTOR,
     MIN_REPLICAS,
+    REFINE_K_FACTOR,
+    REFINE_K_FACTOR_MEASURED_UP_TO,
     PlanInput,
+    dense_spec_for,
     ivf_nlist_for,
     latency_at,
     load_constants,
     make_plan,
+    refine_k_factor_for,
 )
 
 GIB = 1 << 30
@@ -87,14 +92,29 @@ def test_ivf_nlist_and_training_floor_grow_with_the_shard() -> None:
     assert ivf_nlist_for(1) == 4 and ivf_nlist_for(10**12) == 65_536
     plan = make_plan(request(index_type="ivf_pq"), constants())
     nlist = ivf_nlist_for(plan.vectors_per_shard)
-    assert plan.dense_spec == {
-        "shards": plan.shards,
-        "index": {"type": "ivf_pq", "ivf": {"nlist": nlist}},
-    }
+    index: dict[str, Any] = {"type": "ivf_pq", "ivf": {"nlist": nlist}}
+    if plan.vectors_per_shard > REFINE_K_FACTOR_MEASURED_UP_TO:
+        index["refine"] = {"kFactor": LARGE_SHARD_REFINE_K_FACTOR}
+    assert plan.dense_spec == {"shards": plan.shards, "index": index}
     written = RagIndexSpec.model_validate({"dense": plan.dense_spec})  # accepted as written
     assert written.dense.index.training_minimum == 39 * nlist  # the floor follows nlist
     hnsw = make_plan(request(), constants())
     assert hnsw.dense_spec == {"shards": hnsw.shards, "index": {"type": "hnsw_sq8"}}
+
+
+def test_ivf_pq_refines_more_candidates_past_the_size_where_8_was_measured() -> None:
+    assert RagIndexSpec().dense.index.refine.k_factor == REFINE_K_FACTOR  # the spec's default
+    small, large = REFINE_K_FACTOR_MEASURED_UP_TO, REFINE_K_FACTOR_MEASURED_UP_TO + 1
+    assert refine_k_factor_for("ivf_pq", small) == REFINE_K_FACTOR
+    assert refine_k_factor_for("ivf_pq", large) == LARGE_SHARD_REFINE_K_FACTOR
+    for index_type in ("hnsw", "hnsw_sq8", "ivf_sq8"):  # their recall does not rest on it
+        assert refine_k_factor_for(index_type, large) == REFINE_K_FACTOR
+    assert dense_spec_for("ivf_pq", 2, small)["index"] == {"type": "ivf_pq", "ivf": {"nlist": 2048}}
+    large_spec = dense_spec_for("ivf_pq", 2, 1_000_000)
+    assert large_spec["index"]["refine"] == {"kFactor": 16}
+    written = RagIndexSpec.model_validate({"dense": large_spec})  # accepted as written
+    assert written.dense.index.refine.k_factor == 16
+    assert "refine" not in dense_spec_for("ivf_sq8", 2, 1_000_000)["index"]
 
 
 def test_more_dimensions_cost_more() -> None:
