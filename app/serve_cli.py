@@ -24,11 +24,11 @@ import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from ragindex.errors import InvalidInput
 from ragindex.netutil import free_port
-from ragindex.serve_config import Runtime
+from ragindex.serve_config import HAPROXY_INGRESS_ENV, Runtime
 from ragindex.telemetry import tracing_environment
 
 APP_NAME = "ragindex"
@@ -40,6 +40,7 @@ RAY_START_ATTEMPTS = 3
 DASHBOARD_PORT_ENV = "RAGINDEX_DASHBOARD_PORT"
 DASHBOARD_ENV = "RAGINDEX_DASHBOARD"
 DIRECT_INGRESS_ENV = "RAGINDEX_DIRECT_INGRESS"
+Ingress = Literal["direct", "haproxy", "proxy"]
 
 
 def dashboard_port() -> int:
@@ -141,18 +142,32 @@ def direct_ingress_environment(port: int) -> dict[str, str]:
     }
 
 
-def uses_direct_ingress(router_replicas: int) -> bool:
-    """Direct ingress for one Router replica (the default); Serve's proxy, which balances over
-    them on the one port, for more. RAGINDEX_DIRECT_INGRESS=0 forces the proxy (benchmarks)."""
+def haproxy_ingress_environment() -> dict[str, str]:
+    """HAPROXY_INGRESS_ENV on one machine: HAProxy hears of a stopping Router replica within
+    its 0.1 s update window here, so the replica drains for 1 s instead of Ray's 30 (which
+    leave a multi-node load balancer time to deregister it)."""
+    return HAPROXY_INGRESS_ENV | {"RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "1"}
+
+
+def ingress_mode(runtime: Runtime, router_replicas: int) -> Ingress:
+    """How HTTP reaches the Router: `direct` (the one Router replica of the local layout
+    serves the port itself), `haproxy` (the cluster layout, as on its pods: HAProxy on the
+    port in front of the autoscaled Router replicas' own servers) or `proxy` (Serve's Python
+    proxy, which balances several local Router replicas on the one port).
+    RAGINDEX_DIRECT_INGRESS=0 forces the proxy in either layout (benchmarks compare them)."""
     forced = os.environ.get(DIRECT_INGRESS_ENV, "")
     if forced not in ("", "0", "1"):
         raise InvalidInput(f"{DIRECT_INGRESS_ENV} must be 0 or 1, got {forced!r}")
+    if forced == "0":
+        return "proxy"
+    if runtime == "cluster":
+        return "haproxy"
     if forced == "1" and router_replicas > 1:
         raise InvalidInput(
             f"{DIRECT_INGRESS_ENV}=1 serves one Router replica on the port; the spec runs"
             f" {router_replicas} (dense.replicas): unset it to have Serve's proxy balance them"
         )
-    return forced != "0" and router_replicas == 1
+    return "direct" if router_replicas == 1 else "proxy"
 
 
 def app_args(
@@ -197,13 +212,16 @@ def start_local(
     deployments each ask for a whole CPU, so Ray is given CLUSTER_LOGICAL_CPUS for it.
     """
     apply_ray_environment(data_dir, runtime)
-    for key in direct_ingress_environment(port):  # Ray reads them when its processes start
+    # Ray reads them when its processes start
+    for key in (*direct_ingress_environment(port), *haproxy_ingress_environment()):
         os.environ.pop(key, None)
     proxy_port = port
-    # the cluster layout autoscales its Router: several replicas behind Serve's proxy
-    if runtime == "local" and uses_direct_ingress(spec.dense.replicas):
+    ingress = ingress_mode(runtime, spec.dense.replicas)
+    if ingress == "direct":
         os.environ.update(direct_ingress_environment(port))
         proxy_port = free_port()  # Serve still runs its proxy; clients use the replica's port
+    elif ingress == "haproxy":
+        os.environ.update(haproxy_ingress_environment())
     import ray
     from ray import serve
 

@@ -30,6 +30,7 @@ from ragindex.pod_spec import PodTemplate
 from ragindex.serve_config import (
     AUTH_DIR_ENV,
     GENERATOR_API_KEY_ENV,
+    HAPROXY_INGRESS_ENV,
     INGEST_EMBEDDER,
     KAFKA_BOOTSTRAP_ENV,
     QUERY_EMBEDDER,
@@ -226,13 +227,15 @@ def _pod_env(
 ) -> list[dict[str, Any]]:
     """Environment of every Ray container; credentials only by reference to a Secret or as the
     path of a mounted Secret file (backend_access.py), never as values. Every
-    ragindex process logs JSON lines, a pod serves its processes' metrics on METRICS_PORT, and
+    ragindex process logs JSON lines, a pod serves its processes' metrics on METRICS_PORT,
+    HAProxy takes HTTP on the Serve port to the Router replicas (HAPROXY_INGRESS_ENV), and
     with an OTLP endpoint Serve traces requests there (ragindex.telemetry)."""
     env: list[dict[str, Any]] = [
         {"name": "RAY_USAGE_STATS_ENABLED", "value": "0"},
         {"name": "OMP_NUM_THREADS", "value": "1"},
         {"name": LOG_FORMAT_ENV, "value": "json"},
         {"name": METRICS_PORT_ENV, "value": str(METRICS_PORT)},
+        *({"name": k, "value": v} for k, v in HAPROXY_INGRESS_ENV.items()),
     ]
     if options.otlp_endpoint:  # Serve traces every request through its replicas
         env += [

@@ -31,6 +31,11 @@ REPORT_TOKEN_ENV = "RAGINDEX_REPORT_TOKEN"
 KAFKA_BOOTSTRAP_ENV = "RAGINDEX_KAFKA_BOOTSTRAP_SERVERS"
 # Set by the operator from generator.apiKeySecret (the served spec names it in apiKeyEnv).
 GENERATOR_API_KEY_ENV = "RAGINDEX_GENERATOR_API_KEY"
+# The cluster layout's HTTP ingress, set on every Ray process (Ray Serve 2.60's HAProxy mode):
+# HAProxy holds the Serve port on each node and balances requests over the Router replicas,
+# each serving HTTP itself on a port of its own (direct ingress), where Serve's Python proxy
+# would parse each request and pass it on through one more handle call.
+HAPROXY_INGRESS_ENV = {"RAY_SERVE_ENABLE_HA_PROXY": "1", "RAY_SERVE_ENABLE_DIRECT_INGRESS": "1"}
 
 ROUTER = "Router"
 INGEST = "Ingest"

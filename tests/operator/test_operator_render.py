@@ -27,6 +27,7 @@ from ragindex.operator.render import named_secrets, objects_to_prune, render
 from ragindex.serve_config import (
     AUTH_DIR_ENV,
     GENERATOR_API_KEY_ENV,
+    HAPROXY_INGRESS_ENV,
     KAFKA_BOOTSTRAP_ENV,
     REPORT_TOKEN_ENV,
 )
@@ -439,6 +440,14 @@ def test_worker_pods_serve_their_metrics_on_a_named_port_and_log_json() -> None:
     assert traced["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://otel.monitoring:4318"
     assert traced["RAY_SERVE_TRACING_EXPORTER_IMPORT_PATH"] == TRACING_EXPORTER
     assert traced["RAY_SERVE_TRACING_SAMPLING_RATIO"] == "0.01"
+
+
+def test_every_ray_pod_takes_http_with_haproxy_in_front_of_the_router_replicas() -> None:
+    objects = render("idx", "ns", spec_of(embedder={"backend": "sentence-transformers", "gpus": 1}))
+    for template in pods(objects):  # the head and both worker groups
+        (container,) = template["spec"]["containers"]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert {k: env.get(k) for k in HAPROXY_INGRESS_ENV} == HAPROXY_INGRESS_ENV
 
 
 def test_network_policy_admits_own_pods_kuberay_to_the_dashboard_and_clients_to_serve() -> None:

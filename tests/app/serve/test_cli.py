@@ -13,11 +13,13 @@ from ragindex.app.serve_cli import (
     dashboard_enabled,
     dashboard_port,
     direct_ingress_environment,
+    haproxy_ingress_environment,
+    ingress_mode,
     ray_environment,
-    uses_direct_ingress,
 )
 from ragindex.config import RagIndexSpec
 from ragindex.errors import InvalidInput
+from ragindex.serve_config import HAPROXY_INGRESS_ENV
 
 
 def test_replicas_run_at_normal_priority_only_in_the_embedded_runtime(tmp_path: Path) -> None:
@@ -59,20 +61,28 @@ def test_cli_args_are_what_the_builder_accepts(tmp_path: Path) -> None:
         parse_args({**app_args(tmp_path, {}), "tenant": "x"})
 
 
-def test_one_router_replica_is_served_by_direct_ingress_several_by_the_proxy(
+def test_one_local_router_is_served_directly_several_by_the_proxy_the_cluster_by_haproxy(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv("RAGINDEX_DIRECT_INGRESS", raising=False)
-    assert uses_direct_ingress(1) and not uses_direct_ingress(2)
+    assert [ingress_mode("local", 1), ingress_mode("local", 2)] == ["direct", "proxy"]
+    assert ingress_mode("cluster", 1) == ingress_mode("cluster", 4) == "haproxy"
     monkeypatch.setenv("RAGINDEX_DIRECT_INGRESS", "0")
-    assert not uses_direct_ingress(1)
+    assert ingress_mode("local", 1) == ingress_mode("cluster", 2) == "proxy"
     monkeypatch.setenv("RAGINDEX_DIRECT_INGRESS", "1")
-    assert uses_direct_ingress(1)
+    assert ingress_mode("local", 1) == "direct"
+    assert ingress_mode("cluster", 2) == "haproxy"
     with pytest.raises(InvalidInput, match=r"dense\.replicas"):
-        uses_direct_ingress(2)
+        ingress_mode("local", 2)
     monkeypatch.setenv("RAGINDEX_DIRECT_INGRESS", "yes")
     with pytest.raises(InvalidInput, match="must be 0 or 1"):
-        uses_direct_ingress(1)
+        ingress_mode("cluster", 1)
+
+
+def test_haproxy_ingress_is_the_pods_setting_with_a_short_drain_on_one_machine() -> None:
+    env = haproxy_ingress_environment()
+    assert env.items() >= HAPROXY_INGRESS_ENV.items()
+    assert env["RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S"] == "1"
 
 
 def test_direct_ingress_allocates_exactly_the_documented_port() -> None:
