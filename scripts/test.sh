@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test run, from a fresh machine: install, fetch/build the real servers the tests start
-# (Elasticsearch, Kafka, Debian's Chromium and chromedriver for the search page's browser test;
+# (Elasticsearch, Kafka, Debian's Chromium and chromedriver for the search page's browser test
+# and dict-gcide for bench scale's real text;
 # Prometheus and promtool; kube-apiserver + etcd + controller-manager, helm, kubectl, and for
 # the pods e2e a node's kubelet, scheduler, kube-proxy, CoreDNS, KubeRay and our images), static
 # checks, pytest, the product on real pods (helm install, kubectl apply, generations under load,
@@ -17,7 +18,7 @@ export RAGINDEX_STRICT_SKIPS=1
 scripts/setup.sh
 scripts/build_otelcol.sh &  # compiles while the next three mostly download
 otelcol=$!
-scripts/setup_browser.sh
+scripts/setup_debian.sh
 scripts/fetch_elasticsearch.sh
 scripts/fetch_kafka.sh
 wait "$otelcol"

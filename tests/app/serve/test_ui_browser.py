@@ -3,7 +3,7 @@ Selenium) over the real local Serve app: log in with a token, search, read the c
 the timings bar, ask for an answer, see a bad filter refused with the server's own words. It
 keeps a screenshot as an artifact, ${RAGINDEX_CACHE:-~/.cache/ragindex}/reports/ui-search.png.
 
-scripts/setup_browser.sh installs the browser (scripts/test.sh runs it).
+scripts/setup_debian.sh installs the browser (scripts/test.sh runs it).
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def reports_dir() -> Path:
 def browser() -> Iterator[Any]:
     missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not Path(p).exists()]
     if missing:
-        pytest.skip(f"{', '.join(missing)} missing: run scripts/setup_browser.sh")
+        pytest.skip(f"{', '.join(missing)} missing: run scripts/setup_debian.sh")
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 

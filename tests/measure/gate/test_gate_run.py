@@ -78,14 +78,16 @@ def test_a_10_ms_slower_stage_fails_on_its_own_ratio(
     assert not [v for v in violations if v.kind != "latency_ratio"]
 
 
-def test_hnsw_at_ef_search_4_fails(
+def test_hnsw_at_ef_search_1_fails(
     slice_collection: Collection, slice_dir: Path, slice_baseline: dict[str, Any]
 ) -> None:
-    """efSearch 4 (honoured, not raised to the search depth) on a graph of degree 4: the dense
+    """efSearch 1 (honoured, not raised to the search depth) on a graph of degree 4: the dense
     leg rebuilt in HNSW loses to exact search in the same run, and the run is flagged as
     measured on another spec. (The slice's shards hold ~50 vectors, fewer than the search
-    depth, so only a sparse graph shows it here; on Cranfield the default M does.)"""
-    spec = RagIndexSpec.model_validate({"dense": {"hnsw": {"efSearch": 4, "m": 4}}})
+    depth, so only a sparse graph shows it here; on Cranfield the default M does. The graph
+    depends on the order the views apply the log in: at efSearch 4 it lost 0.04-0.05 nDCG@10
+    in most builds and less than the gate's 0.005 in one, at 1 it loses ~0.12.)"""
+    spec = RagIndexSpec.model_validate({"dense": {"hnsw": {"efSearch": 1, "m": 4}}})
     degraded = gate_run.gate_measure(slice_collection, spec, slice_dir, repeats=1)
     violations = compare(slice_baseline, degraded)
     names = {v.name for v in violations}
