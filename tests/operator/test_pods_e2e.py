@@ -373,6 +373,22 @@ def test_ragindex_on_real_pods(
         top = r.json()["hits"][0]
         assert (top["source"], top["doc_id"], top["title"]) == ("wiki", "lighthouse", "Lighthouses")
         assert top["chunk_id"] == "wiki:lighthouse:0"
+        # HAProxy holds the Serve port on the pods (the operator's HAPROXY_INGRESS_ENV), not
+        # Serve's Python proxy: a running haproxy process in the index's Ray pods.
+        find_haproxy = (
+            "import os; print(sum(open(f'/proc/{p}/comm').read().strip() == 'haproxy'"
+            " for p in os.listdir('/proc') if p.isdigit()))"
+        )
+        ray_pods = [
+            name
+            for name in kubectl("-n", NAMESPACE, "get", "pods", "-o", "name").stdout.split()
+            if "-head-" in name or "-worker-" in name
+        ]
+        running = {
+            name: kubectl("-n", NAMESPACE, "exec", name, "--", "python", "-c", find_haproxy).stdout
+            for name in ray_pods
+        }
+        assert any(int(out.strip() or 0) > 0 for out in running.values()), running
         r = client.post("/v1/answer", json={"question": "What guides ships at night?"})
         assert r.status_code == 200, r.text
         answer = r.json()
