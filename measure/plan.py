@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ragindex.config import IVF_TYPES, REFINE_BYTES_PER_DIM, IndexType
+from ragindex.config import IVF_TYPES, REFINE_BYTES_PER_DIM, IndexType, RefineSpec
 from ragindex.errors import InvalidInput
 from ragindex.shards.log_replica import READ_BATCH
 
@@ -131,7 +131,7 @@ MAX_NLIST = 65_536  # the spec's limit (dense.index.ivf.nlist)
 # ivf_pq's recall@10 rests on how many candidates its refine step re-scores (bench scale,
 # docs/capacity.md): k-factor 8 gave 0.973 at 300 k vectors per shard but 0.940 at 1 M, where
 # 16 gave 0.965. So past the largest size where 8 was measured to hold 0.95, the plan writes 16.
-REFINE_K_FACTOR = 8  # the spec's default
+REFINE_K_FACTOR = RefineSpec().k_factor  # the spec's default
 LARGE_SHARD_REFINE_K_FACTOR = 16
 REFINE_K_FACTOR_MEASURED_UP_TO = 300_000
 

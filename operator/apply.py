@@ -46,6 +46,7 @@ from ragindex.operator.objects import (
     REPORT_TOKEN_KEY,
     SERVICE,
     ObjectRef,
+    managed_crds,
     object_metadata,
     ref_of,
     report_token_secret,
@@ -117,11 +118,6 @@ async def name_conflicts(
         if meta is not None and (message := foreign_object(ref.kind, meta, uid)):
             found.append(message)
     return found
-
-
-def managed_crds(kinds: Iterable[tuple[str, str]] = MANAGED_KINDS) -> set[str]:
-    """The CRDs that serve the custom kinds among `kinds`."""
-    return {CUSTOM_KINDS[k].crd for k in kinds if k in CUSTOM_KINDS}
 
 
 async def installed_crds(client: AsyncClient, names: Iterable[str]) -> set[str]:

@@ -64,6 +64,7 @@ from ragindex.operator.objects import (
     elasticsearch_ca_secret,
     elasticsearch_url,
     elasticsearch_user_secret,
+    managed_crds,
     managed_elasticsearch,
     missing_crds,
     ray_service_name,
@@ -279,7 +280,7 @@ class RagIndexOperator:
             name, namespace, spec, uid=uid, active_generation=active, options=self.options.render
         )
         # Every managed custom kind's CRD, looked up once for the check and the prune.
-        installed = await apply.installed_crds(self.kube, apply.managed_crds())
+        installed = await apply.installed_crds(self.kube, managed_crds())
         _check_crds(objects, installed)
         await self._check_models(namespace, spec)
         refused = await apply.refused_secrets(self.kube, namespace, name, named_secrets(spec))

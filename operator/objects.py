@@ -380,6 +380,11 @@ ELASTICSEARCH_USER = "ragindex"
 ELASTICSEARCH_ROLE = "ragindex_index"
 
 
+def managed_crds(kinds: Iterable[tuple[str, str]] = MANAGED_KINDS) -> set[str]:
+    """The CRDs that serve the custom kinds among `kinds`."""
+    return {CUSTOM_KINDS[k].crd for k in kinds if k in CUSTOM_KINDS}
+
+
 def missing_crds(objects: Iterable[dict[str, Any]], installed: Iterable[str]) -> list[str]:
     """One message per custom kind among `objects` whose CRD is not in `installed`."""
     have = set(installed)
