@@ -62,15 +62,23 @@ class LexicalView:
             )
 
     def catch_up(self, max_records: int | None = None) -> int:
-        """Apply what is new in every partition, or about `max_records` of it (one read per
-        partition in turn, so that no partition waits behind another's backlog); returns
-        records applied."""
+        """Apply what is new in every partition: about `max_records` of it (one read per
+        partition in turn, so that no partition waits behind another's backlog), or else up to
+        each partition's end as this call found it (under steady writes a catch-up that chased
+        the end would not return until the writes paused); returns records applied."""
         read_size = BULK_RECORDS if max_records is None else min(BULK_RECORDS, max_records)
+        goals = (
+            None
+            if max_records is not None
+            else [self.log.end_offset(self.topic, p) for p in range(len(self.offsets))]
+        )
         applied = 0
         progressed = True
         while progressed and (max_records is None or applied < max_records):
             progressed = False
             for p in range(len(self.offsets)):
+                if goals is not None and self.offsets[p] >= goals[p]:
+                    continue
                 records = self.log.read(self.topic, p, self.offsets[p], max_records=read_size)
                 if not records:
                     continue

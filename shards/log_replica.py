@@ -248,9 +248,16 @@ class LogShardReplica:
         )
 
     def catch_up(self, max_records: int | None = None) -> int:
-        """Apply what the partition has beyond this replica's offset; returns records applied."""
+        """Apply what the partition has beyond this replica's offset: about `max_records`, or
+        else up to its end as this call found it; returns records applied. Under steady writes
+        a catch-up that chased the end would not return until the writes paused."""
         applied = 0
+        goal_at = time.time()
+        goal = None if max_records is not None else self.log.end_offset(self.topic, self.partition)
         while max_records is None or applied < max_records:
+            if goal is not None and self.offset >= goal:
+                self._caught_up_at = goal_at  # whatever is past the goal was written after it
+                break
             asked_at = time.time()
             records = self.log.read(self.topic, self.partition, self.offset, max_records=READ_BATCH)
             if not records:

@@ -1,8 +1,9 @@
 """ragindex.testing: contract suites every implementation of a protocol inherits in its tests.
 
 - `DenseIndexContract` (with `LogFedDense`, `chunks_log`, `IDENTITY`), `LexicalIndexContract`
-  (`random_corpus`), `LogContract` (`read_all`), `EmbedderContract` (`TEXTS`,
-  `RecordingEmbedder`: a real embedder that records what it embeds),
+  (`random_corpus`), `LogContract` (`read_all`; `WrittenWhileRead`: a log a steady writer
+  appends to), `EmbedderContract` (`TEXTS`, `RecordingEmbedder`: a real embedder that
+  records what it embeds),
   `RerankerContract` (`QUERY`, `PASSAGES`).
 - `PrometheusServer`, `start_prometheus`, `running_prometheus`, `promtool` (`prometheus`): a
   real Prometheus on loopback scraping given targets, and promtool, built from the Go module
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
     from ragindex.testing.dense import IDENTITY, DenseIndexContract, LogFedDense, chunks_log
     from ragindex.testing.embedder import TEXTS, EmbedderContract, RecordingEmbedder
     from ragindex.testing.lexical import LexicalIndexContract, random_corpus
-    from ragindex.testing.log import LogContract, read_all
+    from ragindex.testing.log import LogContract, WrittenWhileRead, read_all
     from ragindex.testing.otelcol import (
         ExportedSpan,
         OtelCollector,
@@ -51,6 +52,7 @@ __all__ = [
     "PrometheusServer",
     "RecordingEmbedder",
     "RerankerContract",
+    "WrittenWhileRead",
     "chunks_log",
     "promtool",
     "random_corpus",
@@ -69,7 +71,7 @@ if not TYPE_CHECKING:
             "dense": ["IDENTITY", "DenseIndexContract", "LogFedDense", "chunks_log"],
             "embedder": ["TEXTS", "EmbedderContract", "RecordingEmbedder"],
             "lexical": ["LexicalIndexContract", "random_corpus"],
-            "log": ["LogContract", "read_all"],
+            "log": ["LogContract", "WrittenWhileRead", "read_all"],
             "otelcol": [
                 "ExportedSpan",
                 "OtelCollector",

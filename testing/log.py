@@ -35,6 +35,29 @@ def read_all(log: Log, topic: str, partition: int, from_offset: int = 0) -> list
     return out
 
 
+class WrittenWhileRead:
+    """A log that a steady writer appends to while it is read: after each read, one more
+    record (`record(n)`, n counting from 0) lands at the partition's end, up to `writes`
+    times. A view that chased the end would apply all of them in one catch-up."""
+
+    def __init__(
+        self, log: Log, record: Callable[[int], tuple[int, bytes, bytes | None]], writes: int
+    ) -> None:
+        self.inner, self.record, self.writes, self.written = log, record, writes, 0
+
+    def read(
+        self, topic: str, partition: int, from_offset: int, **kwargs: float
+    ) -> list[LogRecord]:
+        records = self.inner.read(topic, partition, from_offset, **kwargs)  # type: ignore[arg-type]
+        if self.written < self.writes:
+            self.inner.append(topic, [self.record(self.written)])
+            self.written += 1
+        return records
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+
 class LogContract:
     @pytest.fixture
     def log(self) -> Iterator[Log]:

@@ -10,6 +10,7 @@ import numpy as np
 from ragindex.lexical import LexicalView, TantivyIndex
 from ragindex.log import FileLog
 from ragindex.records import chunk_key, encode_chunk
+from ragindex.testing import WrittenWhileRead
 from ragindex.types import Chunk
 
 TOPIC = "t.chunks.g1"
@@ -70,4 +71,16 @@ def test_a_bounded_catch_up_takes_every_partition_in_turn(tmp_path: Path) -> Non
     assert view.catch_up(max_records=5) == 5 and view.offsets == [10, 1]
     assert view.catch_up() == 10 and view.offsets == [20, 1]
     assert view.catch_up(max_records=5) == 0 and index.count("a") == 21
+    index.close()
+
+
+def test_a_catch_up_under_steady_writes_stops_at_the_end_it_found(tmp_path: Path) -> None:
+    """Records written while it applies wait for the next catch-up."""
+    log = FileLog(tmp_path / "log")
+    log.ensure_topic(TOPIC, 2, compacted=True)
+    log.append(TOPIC, [record("a", n, f"lift wing {n}") for n in range(6)])
+    steady = WrittenWhileRead(log, lambda n: record("a", 100 + 2 * n, "lift"), writes=50)
+    index = TantivyIndex.open(tmp_path / "bm25")
+    view = LexicalView(steady, TOPIC, 2, index, tmp_path / "bm25-offsets.json")  # type: ignore[arg-type]
+    assert view.catch_up() == 6 and index.count("a") == 6
     index.close()

@@ -27,7 +27,7 @@ from ragindex.shards.log_replica import (
     texts_json,
 )
 from ragindex.testing import IDENTITY as CONTRACT_IDENTITY
-from ragindex.testing import DenseIndexContract, LogFedDense, chunks_log
+from ragindex.testing import DenseIndexContract, LogFedDense, WrittenWhileRead, chunks_log
 from ragindex.testing.dense import SCORE_TOLERANCE
 from ragindex.types import Chunk, ModelIdentity
 
@@ -363,3 +363,28 @@ def test_a_documents_chunks_and_summaries_under_an_access_expression(tmp_path: P
     assert r.document_summaries("a", eng) == {("hr", "pay2"): (1, "PAY2", None)}
     elsewhere = compile_access(parse_filter({"field": "source", "eq": "nope"}), None)
     assert r.document_summaries("a", elsewhere) == {}
+
+
+def test_a_catch_up_under_steady_writes_stops_at_the_end_it_found(tmp_path: Path) -> None:
+    """Records written while it applies wait for the next catch-up: a request that refreshes
+    its views is never held until the writes pause."""
+    log = FileLog(tmp_path / "log")
+    log.ensure_topic(TOPIC, 1, compacted=True)
+    log.append(
+        TOPIC,
+        [
+            (0, chunk_key("a", f"wiki:{n}:0"), encode_chunk(chunk("a", n), vector(n)))
+            for n in range(5)
+        ],
+    )
+
+    def later(n: int) -> tuple[int, bytes, bytes]:
+        c = chunk("a", 100 + n)
+        return 0, chunk_key("a", c.chunk_id), encode_chunk(c, vector(n))
+
+    steady = WrittenWhileRead(log, later, writes=50)
+    r = LogShardReplica(
+        steady, TOPIC, 0, tmp_path / "node", IDENTITY, HnswSpec(), exact_threshold=1000
+    )  # type: ignore[arg-type]
+    assert r.catch_up() == 5 and r.count("a") == 5
+    assert r.catch_up() == 1  # what was written during the first
