@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 import pytest
 
 from ragindex.config import RagIndexSpec
@@ -98,6 +99,14 @@ def cluster_spec() -> dict[str, Any]:
     return CLUSTER_SPEC
 
 
+def listening_on(port: int) -> str:
+    """The name of the process that listens on `port` ("" if none does)."""
+    for conn in psutil.net_connections("tcp"):
+        if conn.status == psutil.CONN_LISTEN and conn.laddr.port == port and conn.pid:
+            return psutil.Process(conn.pid).name()
+    return ""
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedApp]:
     import ray
@@ -107,7 +116,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedApp]:
 
     """The rendered CLUSTER config (2 shards, default embedder, no reranker) deployed the way
     `serve run CONFIG` and KubeRay do it, on a Ray with more logical CPUs than cores (every
-    cluster deployment asks for one CPU, and the query path may scale to two replicas)."""
+    cluster deployment asks for one CPU, and the query path may scale to two replicas), with
+    the pods' ingress: HAProxy on the port in front of the Router replicas' own servers."""
+    from ragindex.app.serve_cli import haproxy_ingress_environment
+
     data_dir = tmp_path_factory.mktemp("cluster-data")
     port = free_port()
     spec = RagIndexSpec.model_validate(CLUSTER_SPEC)
@@ -119,6 +131,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedApp]:
         host="127.0.0.1",
         port=port,
     )
+    ingress = haproxy_ingress_environment()
+    os.environ.update(ingress)  # Ray's processes read it when they start
     ray.init(address="local", num_cpus=12, include_dashboard=False, log_to_driver=False)
     try:
         serve.start(http_options=config["http_options"])
@@ -127,7 +141,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedApp]:
         client.deploy_apps(ServeDeploySchema.model_validate(config))
         app = ServedApp(f"http://127.0.0.1:{port}", data_dir)
         wait_running_and_ready(app.client, CLUSTER_APP)
+        assert listening_on(port) == "haproxy"
         yield app
     finally:
         serve.shutdown()
         ray.shutdown()
+        for key in ingress:
+            os.environ.pop(key, None)

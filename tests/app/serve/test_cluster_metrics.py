@@ -6,8 +6,8 @@ as the operator sets it), as the Router's /metrics does: the views' offsets and 
 the Shard and Lexical replicas, the Router's hops to them.
 
 Traces: with an exporter configured (here a span file, RAGINDEX_TRACE_FILE, in place of an
-OTLP collector), a search that comes with a sampled `traceparent` is one trace from Serve's
-proxy through the Router to every shard and the BM25 view.
+OTLP collector), a search that comes with a sampled `traceparent` is one trace from the Router
+replica HAProxy sent it to (the pods' ingress) to every shard and the BM25 view.
 """
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ def test_every_replica_of_the_node_is_scraped_on_one_port(
     # a view that keeps up is fresh
     for view in ("dense", "lexical"):
         assert value(found, "ragindex_view_freshness_seconds", view=view, partition="0") < 30
-    # the Router's /metrics (behind Serve's proxy) reads the same node
+    # the Router's /metrics (behind HAProxy) reads the same node
     with observed.client() as client:
         via_router = samples(client.get("/metrics").text)
     assert value(via_router, "ragindex_processes", role="shard") == 2
@@ -176,8 +176,8 @@ def test_a_search_with_a_traceparent_is_one_trace_through_every_shard(
             f" {parents_missing(traced)}"
         )
         time.sleep(0.5)
-    # the proxy's span is the child of the caller's, and the Router's span of the search
-    # endpoint carries the search
+    # the Router's span is the child of the caller's, and its span of the search endpoint
+    # carries the search
     assert any(s["parent_id"] == f"0x{parent}" for s in traced)
     annotated = [s for s in traced if "ragindex.mode" in s["attributes"]]
     assert len(annotated) == 1, [(s["name"], sorted(s["attributes"])) for s in traced]
