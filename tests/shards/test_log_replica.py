@@ -45,6 +45,11 @@ def vector(n: int) -> np.ndarray:
     return v
 
 
+def chunk_record(tenant: str, n: int) -> tuple[int, bytes, bytes]:
+    """Chunk n of `tenant` as its record in partition 0."""
+    return 0, chunk_key(tenant, f"wiki:{n}:0"), encode_chunk(chunk(tenant, n), vector(n))
+
+
 def replica(log: FileLog, root: Path) -> LogShardReplica:
     return LogShardReplica(log, TOPIC, 0, root, IDENTITY, HnswSpec(), exact_threshold=1000)
 
@@ -54,11 +59,7 @@ def test_replays_the_partition_with_text_and_tombstones(tmp_path: Path) -> None:
     log.ensure_topic(TOPIC, 1, compacted=True)
     log.append(
         TOPIC,
-        [
-            (0, chunk_key(t, f"wiki:{n}:0"), encode_chunk(chunk(t, n), vector(n)))
-            for t in ("a", "b")
-            for n in range(5)
-        ],
+        [chunk_record(t, n) for t in ("a", "b") for n in range(5)],
     )
     log.append(TOPIC, [(0, chunk_key("a", "wiki:1:0"), None)])
     r = replica(log, tmp_path / "node1")
@@ -130,15 +131,12 @@ def test_restarts_from_its_snapshot_and_replays_only_the_rest(tmp_path: Path) ->
     log.ensure_topic(TOPIC, 1, compacted=True)
     log.append(
         TOPIC,
-        [
-            (0, chunk_key("a", f"wiki:{n}:0"), encode_chunk(chunk("a", n), vector(n)))
-            for n in range(4)
-        ],
+        [chunk_record("a", n) for n in range(4)],
     )
     r = replica(log, tmp_path / "node1")
     r.catch_up()
     r.snapshot()
-    log.append(TOPIC, [(0, chunk_key("a", "wiki:9:0"), encode_chunk(chunk("a", 9), vector(9)))])
+    log.append(TOPIC, [chunk_record("a", 9)])
     again = replica(log, tmp_path / "node1")
     assert again.offset == 4  # from the snapshot, not from 0
     assert again.catch_up() == 1
@@ -175,9 +173,7 @@ def test_a_periodic_snapshot_is_written_while_the_replica_applies(
     log.ensure_topic(TOPIC, 1, compacted=True)
 
     def upsert(n: int) -> None:
-        log.append(
-            TOPIC, [(0, chunk_key("a", f"wiki:{n}:0"), encode_chunk(chunk("a", n), vector(n)))]
-        )
+        log.append(TOPIC, [chunk_record("a", n)])
 
     for n in range(4):
         upsert(n)
@@ -310,10 +306,7 @@ def test_counting_documents_while_the_views_thread_applies_never_fails(tmp_path:
         for batch in range(40):
             log.append(
                 TOPIC,
-                [
-                    (0, chunk_key("a", f"wiki:{n}:0"), encode_chunk(chunk("a", n), vector(n)))
-                    for n in range(batch * 100, batch * 100 + 100)
-                ],
+                [chunk_record("a", n) for n in range(batch * 100, batch * 100 + 100)],
             )
             r.catch_up()
             if errors:
@@ -372,17 +365,10 @@ def test_a_catch_up_under_steady_writes_stops_at_the_end_it_found(tmp_path: Path
     log.ensure_topic(TOPIC, 1, compacted=True)
     log.append(
         TOPIC,
-        [
-            (0, chunk_key("a", f"wiki:{n}:0"), encode_chunk(chunk("a", n), vector(n)))
-            for n in range(5)
-        ],
+        [chunk_record("a", n) for n in range(5)],
     )
 
-    def later(n: int) -> tuple[int, bytes, bytes]:
-        c = chunk("a", 100 + n)
-        return 0, chunk_key("a", c.chunk_id), encode_chunk(c, vector(n))
-
-    steady = WrittenWhileRead(log, later, writes=50)
+    steady = WrittenWhileRead(log, lambda n: chunk_record("a", 100 + n), writes=50)
     r = LogShardReplica(
         steady, TOPIC, 0, tmp_path / "node", IDENTITY, HnswSpec(), exact_threshold=1000
     )  # type: ignore[arg-type]
