@@ -46,9 +46,17 @@ class WrittenWhileRead:
         self.inner, self.record, self.writes, self.written = log, record, writes, 0
 
     def read(
-        self, topic: str, partition: int, from_offset: int, **kwargs: float
+        self,
+        topic: str,
+        partition: int,
+        from_offset: int,
+        *,
+        max_records: int = 1000,
+        timeout_s: float = 0.0,
     ) -> list[LogRecord]:
-        records = self.inner.read(topic, partition, from_offset, **kwargs)  # type: ignore[arg-type]
+        records = self.inner.read(
+            topic, partition, from_offset, max_records=max_records, timeout_s=timeout_s
+        )
         if self.written < self.writes:
             self.inner.append(topic, [self.record(self.written)])
             self.written += 1
