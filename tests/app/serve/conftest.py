@@ -99,25 +99,31 @@ def cluster_spec() -> dict[str, Any]:
     return CLUSTER_SPEC
 
 
-def listening_on(port: int) -> str:
-    """The name of the process that listens on `port` ("" if none does)."""
+def listening_on(port: int) -> set[str]:
+    """The names of the processes that listen on `port`. HAProxy reloads its configuration by
+    starting a new process that takes over the port, so a listener may exit while we look: it
+    is skipped."""
+    names = set()
     for conn in psutil.net_connections("tcp"):
         if conn.status == psutil.CONN_LISTEN and conn.laddr.port == port and conn.pid:
-            return psutil.Process(conn.pid).name()
-    return ""
+            try:
+                names.add(psutil.Process(conn.pid).name())
+            except psutil.NoSuchProcess:
+                continue
+    return names
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedApp]:
+    """The rendered CLUSTER config (2 shards, default embedder, no reranker) deployed the way
+    `serve run CONFIG` and KubeRay do it, on a Ray with more logical CPUs than cores (every
+    cluster deployment asks for one CPU, and the query path may scale to two replicas), with
+    the pods' ingress: HAProxy on the port in front of the Router replicas' own servers."""
     import ray
     from ray import serve
     from ray.serve.context import _get_global_client
     from ray.serve.schema import ServeDeploySchema
 
-    """The rendered CLUSTER config (2 shards, default embedder, no reranker) deployed the way
-    `serve run CONFIG` and KubeRay do it, on a Ray with more logical CPUs than cores (every
-    cluster deployment asks for one CPU, and the query path may scale to two replicas), with
-    the pods' ingress: HAProxy on the port in front of the Router replicas' own servers."""
     from ragindex.app.serve_cli import haproxy_ingress_environment
 
     data_dir = tmp_path_factory.mktemp("cluster-data")
@@ -141,7 +147,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedApp]:
         client.deploy_apps(ServeDeploySchema.model_validate(config))
         app = ServedApp(f"http://127.0.0.1:{port}", data_dir)
         wait_running_and_ready(app.client, CLUSTER_APP)
-        assert listening_on(port) == "haproxy"
+        assert listening_on(port) == {"haproxy"}
         yield app
     finally:
         serve.shutdown()
