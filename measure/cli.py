@@ -109,6 +109,12 @@ def add_commands(sub: argparse._SubParsersAction[Any]) -> None:
         type=int,
         help="the cluster layout's replicas at this niceness, 0..19 (default: Ray's 15)",
     )
+    b.add_argument(
+        "--spec",
+        type=Path,
+        help="RagIndex spec YAML the app runs (e.g. its embedder); the benchmark sets dense.shards"
+        " (2), the replicas and the request limits itself",
+    )
     b.add_argument("--check", action="store_true", help=CHECK_HELP)
     b.set_defaults(run=lazy("ragindex.measure.bench.cli", "bench_serve_command"))
     b = bench.add_parser(
@@ -183,6 +189,13 @@ def add_commands(sub: argparse._SubParsersAction[Any]) -> None:
         action="store_true",
         help="IVF types: nlist as `ragindex plan` writes it for each size (4 sqrt(vectors), a"
         " power of two) instead of the spec's default",
+    )
+    b.add_argument(
+        "--index",
+        default="{}",
+        metavar="JSON",
+        help="the spec's dense.index fields every type is built with, as JSON, e.g."
+        ' \'{"refine": {"storage": "sq4", "kFactor": 16}}\' (the type comes from --types)',
     )
     b.add_argument(
         "--validate",

@@ -35,7 +35,7 @@ import faiss
 import numpy as np
 import psutil
 
-from ragindex.config import IVF_TYPES, DenseSpec, IndexType
+from ragindex.config import IVF_TYPES, DenseSpec, IndexType, parse_spec
 from ragindex.errors import InvalidInput
 from ragindex.measure.bench.scale_vectors import Generator, as_dict
 from ragindex.measure.bench.served_vectors import CHUNKS, ServedVectors, vector_chunk
@@ -402,6 +402,16 @@ def scale_generator(anchors: int) -> Generator:
     return calibrate(real, nn_distances(real), len(real))
 
 
+def dense_with_index(text: str) -> DenseSpec:
+    """The dense spec whose `index` holds the `--index` JSON's fields, or InvalidInput naming
+    what is wrong."""
+    try:
+        fields = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise InvalidInput(f"--index: not JSON ({err}): {text!r:.80}") from None
+    return parse_spec({"dense": {"index": fields}}, "--index").dense
+
+
 def bench_scale_command(args: Any) -> int:
     """`ragindex bench scale`: see the module doc."""
     from ragindex.measure.bench.anchors import real_vectors
@@ -415,6 +425,7 @@ def bench_scale_command(args: Any) -> int:
     except ValueError:
         raise InvalidInput(f"--sizes: comma-separated vector counts, got {args.sizes!r}") from None
     types = [t.strip() for t in args.types.split(",")]
+    dense = dense_with_index(args.index)
     report: dict[str, Any] = {}
     if args.validate:
         real = real_vectors(args.anchors)
@@ -424,6 +435,7 @@ def bench_scale_command(args: Any) -> int:
         scale_generator(args.anchors),
         sizes,
         types,
+        dense,
         queries=args.queries,
         nlist_by_size=args.nlist_by_size,
     )

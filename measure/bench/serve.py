@@ -193,6 +193,7 @@ def run_bench_serve(
     log: LogKind = "file",
     shard_replicas: int | None = None,
     replica_niceness: int | None = None,
+    spec: RagIndexSpec | None = None,
 ) -> dict[str, Any]:
     """Load, then measure while the app runs, each pair interleaved in one run so both sides
     share the machine's load: HTTP / in-process hybrid search (and its stages), ragindex
@@ -203,7 +204,8 @@ def run_bench_serve(
     `shard_replicas` the app runs the cluster layout (Router, Shard<i> x replicas, Lexical,
     embedder pools, Ingest as their own deployments) on this machine, and the saturation ramp
     runs once, on that layout, its replicas at Ray's niceness (15) unless `replica_niceness`
-    says otherwise."""
+    says otherwise. `spec` (defaults when None) is what the app runs, less what the benchmark
+    sets itself: two shards, its Router or shard replicas, and no request limits."""
     if chunks < MIN_CHUNKS:
         raise InvalidInput(f"--chunks must be at least {MIN_CHUNKS}")
     if shard_replicas is not None and shard_replicas < 1:
@@ -230,7 +232,18 @@ def run_bench_serve(
             ingest=ingest,
             shard_replicas=shard_replicas,
             replica_niceness=replica_niceness,
+            spec=bench_spec(spec or RagIndexSpec(), shard_replicas),
         )
+
+
+def bench_spec(base: RagIndexSpec, shard_replicas: int | None) -> RagIndexSpec:
+    """`base` with the benchmark's own settings (BENCH_SPEC; `shard_replicas` replicas of each
+    shard in the cluster layout)."""
+    bench = RagIndexSpec.model_validate(BENCH_SPEC)
+    dense = base.dense.model_copy(
+        update={"shards": bench.dense.shards, "replicas": shard_replicas or bench.dense.replicas}
+    )
+    return base.model_copy(update={"dense": dense, "limits": bench.limits})
 
 
 @contextmanager
@@ -259,6 +272,7 @@ def _run(
     ingest: bool,
     shard_replicas: int | None,
     replica_niceness: int | None,
+    spec: RagIndexSpec,
 ) -> dict[str, Any]:
     from ragindex.app import APP_NAME, stop_local
     from ragindex.app.serve_cli import CLUSTER_WORKER_NICENESS, apply_ray_environment
@@ -273,11 +287,6 @@ def _run(
     from ragindex.models import load_embedder
     from ragindex.topics import plane_topics
 
-    spec = RagIndexSpec.model_validate(BENCH_SPEC)
-    if shard_replicas is not None:
-        spec = spec.model_copy(
-            update={"dense": spec.dense.model_copy(update={"replicas": shard_replicas})}
-        )
     rng = np.random.default_rng(1)
     real = load_embedder(spec.embedder)
     phases: dict[str, float] = {}
@@ -287,6 +296,7 @@ def _run(
         "log": "kafka" if os.environ.get(KAFKA_BOOTSTRAP_ENV) else "file",
         "runtime": runtime,
         "replica_niceness": niceness if runtime == "cluster" else 0,
+        "spec": spec.model_dump(mode="json", by_alias=True, exclude_defaults=True),
     }
 
     with timed_phase("load_s", phases):

@@ -28,7 +28,7 @@ from ragindex.measure.bench.peer import (
     fill_elasticsearch,
     overlap_at_k,
 )
-from ragindex.measure.bench.serve import run_bench_serve
+from ragindex.measure.bench.serve import bench_spec, run_bench_serve
 from ragindex.measure.bench.serve_corpus import unique_queries
 from ragindex.measure.bench.serve_ingest import INGEST_DOCS, ingest_texts, median_round
 from ragindex.measure.bench.serve_probes import (
@@ -63,6 +63,17 @@ def test_bad_options_are_refused_before_anything_starts(tmp_path: Path) -> None:
     with pytest.raises(InvalidInput, match="--chunks must be at least"):
         run_bench_serve(10, tmp_path / "fresh", 1)
     assert not (tmp_path / "fresh").exists()
+
+
+def test_the_bench_runs_the_given_spec_with_its_own_shards_replicas_and_limits() -> None:
+    given = RagIndexSpec.model_validate(
+        {"embedder": {"backend": "onnx-int8"}, "dense": {"shards": 5, "exactThreshold": 10}}
+    )
+    for shard_replicas, replicas in ((None, 1), (2, 2)):
+        spec = bench_spec(given, shard_replicas)
+        assert spec.embedder.backend == "onnx-int8" and spec.dense.exact_threshold == 10
+        assert (spec.dense.shards, spec.dense.replicas) == (2, replicas)
+        assert spec.limits.requests_per_s == 1_000_000  # the load ramp is never rate-limited
 
 
 def test_server_timing_reads_every_metric_with_a_duration() -> None:

@@ -12,7 +12,13 @@ import pytest
 from ragindex.config import DenseIndexSpec, DenseSpec, IvfSpec
 from ragindex.errors import InvalidInput
 from ragindex.measure.bench.anchors import bundled_passages, real_passages, real_vectors
-from ragindex.measure.bench.scale import plot_scale, run_scale, scale_goals, scale_table
+from ragindex.measure.bench.scale import (
+    dense_with_index,
+    plot_scale,
+    run_scale,
+    scale_goals,
+    scale_table,
+)
 from ragindex.measure.bench.scale_vectors import (
     Generator,
     anchor_neighbours,
@@ -128,6 +134,18 @@ def test_run_scale_refuses_bad_sizes_and_types(generator: Generator) -> None:
         run_scale(generator, [10], ["hnsw"])
     with pytest.raises(InvalidInput, match="--types"):
         run_scale(generator, [5000], ["annoy"])
+
+
+def test_index_option_sets_the_spec_fields_and_names_a_bad_one() -> None:
+    dense = dense_with_index('{"refine": {"storage": "sq4", "kFactor": 16}, "ivf": {"nprobe": 64}}')
+    assert (dense.index.refine.storage, dense.index.refine.k_factor) == ("sq4", 16)
+    assert dense.index.ivf.nprobe == 64 and dense.index.ivf.nlist == 1024  # the rest: defaults
+    with pytest.raises(InvalidInput, match=r"--index: dense\.index\.refine\.storage: Input should"):
+        dense_with_index('{"refine": {"storage": "sq3"}}')
+    with pytest.raises(InvalidInput, match="--index: not JSON"):
+        dense_with_index("{refine: sq4}")
+    with pytest.raises(InvalidInput, match=r"--index: dense\.index: Input should be a valid dict"):
+        dense_with_index("[1]")
 
 
 def test_anchor_neighbours_exclude_the_anchor_itself() -> None:
