@@ -30,6 +30,9 @@ on a noisy machine (ratios and differences from one run are the figures to trust
   cluster layout also the raw embedder at the replicas' niceness
   (`ingest_ratio_at_replica_niceness`: what of the gap is the cores the pool shares with the
   runtime's own background work, not the write path);
+- `search_cpu_ms_per_query`: the CPU each server process (by role) spent per HTTP search
+  while the pairs ran, and `net` (less the same processes' CPU at rest): on 2 cores, what
+  bounds the latency of searches that overlap their legs;
 - saturation throughput (closed-loop clients ramp; the queries/s at which p99 passes 40 ms)
   with 1 and then 2 Router replicas, and the RSS of the runtime's processes at rest and under
   load (bench_load).
@@ -344,7 +347,12 @@ def _run(
                     raise TimeoutError("the in-process replica found no topics")
             assert side.dense is not None
             report["bootstrap_snapshot_offsets"] = [r.start_offset for r in side.dense.replicas]
+            # the client and the in-process side run in this process: not the server's CPU
+            server_only = [*memory.exclude, os.getpid()]
+            search_from, search_started = runtime_cpu_s(server_only), time.monotonic()
             inproc, http = time_search_pair(side, client, warmup, queries)
+            search_cpu = (search_from, runtime_cpu_s(server_only))
+            search_s = time.monotonic() - search_started
             report["query_cache_hits"] = time_cache_hits(client, repeated, CACHE_ROUNDS)
             if es is not None:
                 es_client = stack.enter_context(httpx.Client(base_url=es.url, timeout=60))
@@ -364,6 +372,9 @@ def _run(
         time.sleep(IDLE_SAMPLE_S)  # what the runtime spends with nothing to do, for comparison
         idle_to = runtime_cpu_s(memory.exclude)
         report["idle_cpu_ms_per_s"] = cpu_per_doc(idle_from, idle_to, IDLE_SAMPLE_S)
+        report["search_cpu_ms_per_query"] = search_cpu_per_query(
+            *search_cpu, len(warmup) + len(queries), search_s, report["idle_cpu_ms_per_s"]
+        )
         if ingest:
             nice = niceness if runtime == "cluster" else None
             report |= ingest_section(client, real, texts, memory.exclude, nice)
@@ -443,6 +454,21 @@ def search_figures(
         "freshness_p99_s": round(percentile(fresh, 99), 3),
         "freshness_all_replicas_p99_s": round(percentile(everywhere, 99), 3),
     }
+
+
+def search_cpu_per_query(
+    before: dict[int, tuple[str, float]],
+    after: dict[int, tuple[str, float]],
+    queries: int,
+    seconds: float,
+    idle_ms_per_s: dict[str, float],
+) -> dict[str, float]:
+    """CPU milliseconds each role of the server spent per HTTP search over `seconds` of
+    searches, and `net`: their total less what the same processes spend at rest over that
+    time. On a box of few cores, the net times queries/s is the CPU the query path needs."""
+    spent = cpu_per_doc(before, after, queries)
+    at_rest = idle_ms_per_s.get("total", 0.0) * seconds / queries
+    return spent | {"net": round(max(spent["total"] - at_rest, 0.0), 1)}
 
 
 def summarize(

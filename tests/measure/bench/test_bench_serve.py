@@ -28,7 +28,7 @@ from ragindex.measure.bench.peer import (
     fill_elasticsearch,
     overlap_at_k,
 )
-from ragindex.measure.bench.serve import bench_spec, run_bench_serve
+from ragindex.measure.bench.serve import bench_spec, run_bench_serve, search_cpu_per_query
 from ragindex.measure.bench.serve_corpus import unique_queries
 from ragindex.measure.bench.serve_ingest import INGEST_DOCS, ingest_texts, median_round
 from ragindex.measure.bench.serve_probes import (
@@ -74,6 +74,18 @@ def test_the_bench_runs_the_given_spec_with_its_own_shards_replicas_and_limits()
         assert spec.embedder.backend == "onnx-int8" and spec.dense.exact_threshold == 10
         assert (spec.dense.shards, spec.dense.replicas) == (2, replicas)
         assert spec.limits.requests_per_s == 1_000_000  # the load ramp is never rate-limited
+
+
+def test_search_cpu_is_per_query_by_role_less_the_cpu_at_rest() -> None:
+    before = {1: ("ray::ServeReplica:ragindex:Router", 10.0), 2: ("raylet", 5.0)}
+    after = {
+        1: ("ray::ServeReplica:ragindex:Router", 12.0),
+        2: ("raylet", 5.2),
+        3: ("ray::ServeReplica:ragindex:Router", 0.3),  # a replica started meanwhile
+    }
+    cpu = search_cpu_per_query(before, after, 100, 4.0, {"total": 10.0})
+    assert cpu == {"ragindex:Router": 23.0, "raylet": 2.0, "total": 25.0, "net": 24.6}
+    assert search_cpu_per_query(before, before, 100, 4.0, {"total": 10.0})["net"] == 0.0
 
 
 def test_server_timing_reads_every_metric_with_a_duration() -> None:
