@@ -49,6 +49,7 @@ from ragindex.types import LogRecord
 STATE_FILE = "state.json"
 LOCK_FILE = "writer.lock"
 _READ_CHUNK = 1 << 20
+_READ_POSITIONS = 256  # kept read positions, one per reader of a partition; the oldest go first
 _POLL_S = 0.01
 
 
@@ -94,7 +95,11 @@ class FileLog:
         self._state: dict[str, Any] = {}
         self._active: dict[tuple[str, int], _Active] = {}
         self._fenced: str | None = None
-        self._positions: dict[tuple[str, int], _ReadPosition] = {}
+        # where each reader's last read stopped, by (topic, partition, next offset): readers
+        # of one partition at their own offsets (a dense replica and the BM25 view sharing
+        # this log) each read on from their own position
+        self._positions: dict[tuple[str, int, int], _ReadPosition] = {}
+        self._positions_lock = threading.Lock()
         self._compacted_bytes: dict[tuple[str, int], int] = {}  # size after the last compaction
 
     # -- reading (any process) -----------------------------------------------------------
@@ -182,30 +187,40 @@ class FileLog:
         directory = self.directory / topic / str(partition)
         found = seg.segments(directory)
         first = max([i for i, (base, _) in enumerate(found) if base <= from_offset] or [0])
-        cached = self._positions.get((topic, partition))
+        cached = self._take_position(topic, partition, from_offset)
         out: list[LogRecord] = []
-        for _, path in found[first:]:
-            start_pos = 0
-            if (
-                cached
-                and cached.path == path
-                and cached.next_offset == from_offset
-                and os.stat(path).st_ino == cached.inode
-            ):
-                start_pos = cached.byte_pos
-            with open(path, "rb") as f:
-                inode = os.fstat(f.fileno()).st_ino
-                for record, pos in _records_from(f, start_pos, partition):
-                    if record.offset >= end:
-                        return out
-                    if record.offset >= from_offset and (not out or record.offset > out[-1].offset):
-                        out.append(record)
-                        self._positions[(topic, partition)] = _ReadPosition(
-                            path, inode, record.offset + 1, pos
-                        )
-                        if len(out) >= max_records:
+        stopped = cached
+        try:
+            for _, path in found[first:]:
+                start_pos = 0
+                if cached and cached.path == path and os.stat(path).st_ino == cached.inode:
+                    start_pos = cached.byte_pos
+                with open(path, "rb") as f:
+                    inode = os.fstat(f.fileno()).st_ino
+                    for record, pos in _records_from(f, start_pos, partition):
+                        if record.offset >= end:
                             return out
-        return out
+                        if record.offset >= from_offset and (
+                            not out or record.offset > out[-1].offset
+                        ):
+                            out.append(record)
+                            stopped = _ReadPosition(path, inode, record.offset + 1, pos)
+                            if len(out) >= max_records:
+                                return out
+            return out
+        finally:
+            if stopped is not None:
+                self._keep_position(topic, partition, stopped)
+
+    def _take_position(self, topic: str, partition: int, offset: int) -> _ReadPosition | None:
+        with self._positions_lock:
+            return self._positions.pop((topic, partition, offset), None)
+
+    def _keep_position(self, topic: str, partition: int, position: _ReadPosition) -> None:
+        with self._positions_lock:
+            self._positions[(topic, partition, position.next_offset)] = position
+            while len(self._positions) > _READ_POSITIONS:  # readers that stopped reading
+                del self._positions[next(iter(self._positions))]
 
     # -- writing (the one writer process) ------------------------------------------------
 
@@ -385,7 +400,9 @@ class FileLog:
                 act = self._active.pop((topic, p), None)
                 if act is not None:
                     os.close(act.fd)
-                self._positions.pop((topic, p), None)
+                with self._positions_lock:
+                    for key in [k for k in self._positions if k[:2] == (topic, p)]:
+                        del self._positions[key]
                 self._compacted_bytes.pop((topic, p), None)
             shutil.rmtree(self.directory / topic, ignore_errors=True)
             seg.fsync_dir(self.directory)

@@ -217,6 +217,30 @@ def test_appends_read_a_bounded_multiple_of_the_partition_however_long_it_grows(
     log.close()
 
 
+def test_readers_at_different_offsets_of_one_partition_each_read_on_from_where_they_stopped(
+    tmp_path: Path,
+) -> None:
+    """A dense replica and the BM25 view tail one partition at their own offsets through one
+    FileLog: a read position kept for the last reader only sent every other read back to the
+    segment's first byte (I/O quadratic in the partition)."""
+    log = FileLog(tmp_path)
+    log.ensure_topic("t", 1, compacted=False)
+    total = 4000
+    for start in range(0, total, 500):  # ~8 MB in one segment
+        log.append("t", [(0, f"k{i}".encode(), b"v" * 2000) for i in range(start, start + 500)])
+    size = sum(path.stat().st_size for _, path in seg.segments(tmp_path / "t" / "0"))
+    offsets = {"dense": 0, "bm25": total // 2}
+    before = _bytes_read_by_this_process()
+    while offsets["bm25"] < total:
+        for reader, offset in offsets.items():
+            records = log.read("t", 0, offset, max_records=100)
+            assert [r.offset for r in records] == list(range(offset, offset + 100))
+            offsets[reader] = offset + 100
+    read = _bytes_read_by_this_process() - before
+    assert read < 8 * size, f"40 reads of 100 records read {read} bytes of a {size}-byte partition"
+    log.close()
+
+
 _EFBIG_SCRIPT = """
 import resource, sys
 from pathlib import Path
