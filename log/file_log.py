@@ -49,7 +49,7 @@ from ragindex.types import LogRecord
 STATE_FILE = "state.json"
 LOCK_FILE = "writer.lock"
 _READ_CHUNK = 1 << 20
-_READ_POSITIONS = 256  # kept read positions, one per reader of a partition; the oldest go first
+_READ_POSITIONS = 256  # read positions kept (the latest of each reader among them)
 _POLL_S = 0.01
 
 
@@ -95,9 +95,9 @@ class FileLog:
         self._state: dict[str, Any] = {}
         self._active: dict[tuple[str, int], _Active] = {}
         self._fenced: str | None = None
-        # where each reader's last read stopped, by (topic, partition, next offset): readers
-        # of one partition at their own offsets (a dense replica and the BM25 view sharing
-        # this log) each read on from their own position
+        # where reads stopped, by (topic, partition, next offset): readers of one partition
+        # at their own offsets (a dense replica and the BM25 view sharing this log) each read
+        # on from their own position
         self._positions: dict[tuple[str, int, int], _ReadPosition] = {}
         self._positions_lock = threading.Lock()
         self._compacted_bytes: dict[tuple[str, int], int] = {}  # size after the last compaction
@@ -187,7 +187,7 @@ class FileLog:
         directory = self.directory / topic / str(partition)
         found = seg.segments(directory)
         first = max([i for i, (base, _) in enumerate(found) if base <= from_offset] or [0])
-        cached = self._take_position(topic, partition, from_offset)
+        cached = self._position(topic, partition, from_offset)
         out: list[LogRecord] = []
         stopped = cached
         try:
@@ -212,14 +212,18 @@ class FileLog:
             if stopped is not None:
                 self._keep_position(topic, partition, stopped)
 
-    def _take_position(self, topic: str, partition: int, offset: int) -> _ReadPosition | None:
+    def _position(self, topic: str, partition: int, offset: int) -> _ReadPosition | None:
+        """Where a read that stopped before `offset` left off (kept for every reader that
+        continues from there: views caught up to the same offset share it)."""
         with self._positions_lock:
-            return self._positions.pop((topic, partition, offset), None)
+            return self._positions.get((topic, partition, offset))
 
     def _keep_position(self, topic: str, partition: int, position: _ReadPosition) -> None:
+        key = (topic, partition, position.next_offset)
         with self._positions_lock:
-            self._positions[(topic, partition, position.next_offset)] = position
-            while len(self._positions) > _READ_POSITIONS:  # readers that stopped reading
+            self._positions.pop(key, None)  # the newest last: the oldest go first
+            self._positions[key] = position
+            while len(self._positions) > _READ_POSITIONS:
                 del self._positions[next(iter(self._positions))]
 
     # -- writing (the one writer process) ------------------------------------------------
