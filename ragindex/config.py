@@ -214,18 +214,19 @@ class HnswSpec(_Spec):
 
 
 IndexType = Literal["hnsw", "hnsw_sq8", "ivf_pq", "ivf_sq8"]
-RefineStorage = Literal["flat", "fp16", "sq8", "sq6", "sq4"]
+RefineStorage = Literal["flat", "fp16", "sq8", "sq6", "sq4", "disk"]
 TRAINED_TYPES: tuple[IndexType, ...] = ("hnsw_sq8", "ivf_pq", "ivf_sq8")
 IVF_TYPES: tuple[IndexType, ...] = ("ivf_pq", "ivf_sq8")
 KMEANS_POINTS_PER_CENTROID = 39  # below this FAISS warns that k-means has too few points
 HNSW_SQ8_TRAIN_MIN = 1000
-# Bytes one vector's refine code takes, per dimension.
+# Bytes of memory one vector's refine code takes, per dimension ("disk": float32 on local disk).
 REFINE_BYTES_PER_DIM: dict[str, float] = {
     "flat": 4,
     "fp16": 2,
     "sq8": 1,
     "sq6": 0.75,
     "sq4": 0.5,
+    "disk": 0,
 }
 
 
@@ -276,13 +277,16 @@ class PqSpec(_Spec):
 class RefineSpec(_Spec):
     """The refine step of the IVF types: the IVF search returns k x kFactor candidates by its
     coarse codes, and they are re-scored with the partition's refine codes, which it holds in
-    memory beside the IVF lists (and in its snapshot)."""
+    memory beside the IVF lists, or on local disk (and in its snapshot either way)."""
 
     storage: RefineStorage = Field(
         "sq8",
         description="Precision of the refine codes kept in memory per vector: 'flat' (float32,"
         " 4 bytes a dimension, exact scores), 'fp16' (2), 'sq8' (1), 'sq6' (0.75) or 'sq4'"
-        " (0.5 bytes a dimension; scalar quantizers trained with the IVF). Changing it starts"
+        " (0.5 bytes a dimension; scalar quantizers trained with the IVF); or 'disk': float32"
+        " vectors (exact scores) in a file on the replica's node-local disk, read through a"
+        " memory map, so the kernel's page cache holds the pages searches touch and drops"
+        " them under memory pressure (a cold candidate costs a disk read). Changing it starts"
         " a new index generation (rebuilt by replaying the log) when the type is ivf_pq or"
         " ivf_sq8.",
     )

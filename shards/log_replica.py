@@ -43,6 +43,7 @@ from ragindex.shards.snapshot_log import SnapshotTopic
 from ragindex.types import Chunk, LogRecord, ModelIdentity, ScoredId
 
 SNAPSHOT_DIR = "snapshot"
+SCRATCH_DIR = "scratch"  # files an index type keeps on disk (unlinked: nothing to clean up)
 TEXTS = "texts.json"
 TEXTS_PIECE = 500  # chunks per JSON encoding call (`texts_json`)
 READ_BATCH = 2000
@@ -144,8 +145,9 @@ class LogShardReplica:
         self.partition = shard
         self.directory = directory
         directory.mkdir(parents=True, exist_ok=True)  # this replica's node-local storage
+        self.scratch = directory / SCRATCH_DIR
         self.identity = identity
-        self.shard = DenseShard(identity, hnsw, exact_threshold, index)
+        self.shard = DenseShard(identity, hnsw, exact_threshold, index, self.scratch)
         self.texts: dict[str, dict[str, Chunk]] = {}  # tenant -> chunk id -> chunk
         # Held while the applying thread changes a tenant's texts and while another thread
         # iterates them (/v1/stats runs on a search thread of the local Router).
@@ -184,7 +186,7 @@ class LogShardReplica:
         if not (snap / MANIFEST).exists() or not (snap / TEXTS).exists():
             return
         try:
-            shard = DenseShard.load(snap, hnsw, exact_threshold, index)
+            shard = DenseShard.load(snap, hnsw, exact_threshold, index, self.scratch)
             texts = json.loads((snap / TEXTS).read_bytes())
         except (ValueError, KeyError, RuntimeError) as err:  # faiss: RuntimeError on bad bytes
             log.warning(

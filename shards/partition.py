@@ -8,8 +8,9 @@ The kinds (`choose_kind`): "flat" (exact, float32) while the partition holds at 
 `exact_threshold` vectors or fewer than its type's training minimum; then `dense.index.type`:
 "hnsw" (HNSW over float32), "hnsw_sq8" (HNSW over 8-bit scalar-quantized vectors), "ivf_pq" /
 "ivf_sq8" (an inverted file of PQ or SQ8 codes whose candidates are re-scored with refine
-codes held beside it). Trained kinds are trained once, on the vectors the partition holds when
-it first crosses into them (its first vectors in log order), and again at a `compact()`.
+codes held beside it, or with float32 vectors in a mapped file on local disk:
+`MappedVectors`). Trained kinds are trained once, on the vectors the partition holds when it
+first crosses into them (its first vectors in log order), and again at a `compact()`.
 
 Internal ids are int64s handed out in increasing order and never reused; an upsert of a
 known chunk id gives it a new internal id and retires the old one (removed from a flat or IVF
@@ -22,6 +23,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Collection, Sequence
+from pathlib import Path
 from typing import Any, Literal
 
 import faiss
@@ -31,6 +33,7 @@ from ragindex.config import IVF_TYPES, DenseIndexSpec, HnswSpec
 from ragindex.errors import InvalidInput
 from ragindex.filters import dense_plan
 from ragindex.protocols import Vectors
+from ragindex.shards.mapped_vectors import MappedVectors
 from ragindex.shards.vectors import (
     prepare_query,
     prepare_vectors,
@@ -45,7 +48,8 @@ GRAPH_KINDS: tuple[Kind, ...] = ("hnsw", "hnsw_sq8")  # retire by tombstones
 ALLOWED_CACHED = 16
 GATHERED_CACHED = 4  # matrices of at most max(exact_threshold, 12 % of the partition) vectors
 DEFAULT_INDEX = DenseIndexSpec()
-# FAISS index_factory strings of the refine codes, by `dense.index.refine.storage`.
+# FAISS index_factory strings of the refine codes, by `dense.index.refine.storage` ("disk":
+# float32 rows in a mapped file, `MappedVectors`).
 REFINE_FACTORY = {"flat": "Flat", "fp16": "SQfp16", "sq8": "SQ8", "sq6": "SQ6", "sq4": "SQ4"}
 # Retired refine codes stay in place (a removal moves every code after it) until they are this
 # share of the live ones, or a snapshot is taken; then they are dropped in one pass.
@@ -90,7 +94,10 @@ class TenantPartition:
         hnsw: HnswSpec,
         exact_threshold: int,
         index: DenseIndexSpec | None = None,
+        scratch: Path | None = None,
     ) -> None:
+        """`scratch`: the node-local directory of the files an index type keeps on disk (the
+        "disk" refine vectors); None: the system's temporary directory."""
         if dim < 1:
             raise InvalidInput(f"dimension must be >= 1; got {dim}")
         if exact_threshold < 0:
@@ -100,6 +107,7 @@ class TenantPartition:
         self.index = index or DEFAULT_INDEX
         self.index.check_dimension(dim)
         self.exact_threshold = exact_threshold
+        self.scratch = scratch
         self.kind: Kind = "flat"
         self._index, self._refine = self._new_index("flat", None)
         # IVF kinds: the internal ids of the refine codes, in their order (ascending: ids are
@@ -162,6 +170,8 @@ class TenantPartition:
         ivf = faiss.index_factory(self.dim, f"IVF{spec.ivf.nlist},{codes}", ip)
         _widen(ivf)
         ivf.train(train)
+        if spec.refine.storage == "disk":
+            return ivf, MappedVectors(self.dim, self.scratch)
         refine = faiss.index_factory(self.dim, REFINE_FACTORY[spec.refine.storage], ip)
         _widen(refine)
         if not refine.is_trained:
@@ -244,7 +254,10 @@ class TenantPartition:
             self._refine_dead = 0
             return
         dead = np.flatnonzero(~np.isin(self._refine_ids, np.fromiter(self._chunk, np.int64)))
-        self._refine.remove_ids(faiss.IDSelectorBatch(dead.astype(np.int64)))
+        if isinstance(self._refine, MappedVectors):
+            self._refine.remove(dead)
+        else:
+            self._refine.remove_ids(faiss.IDSelectorBatch(dead.astype(np.int64)))
         self._refine_ids = np.delete(self._refine_ids, dead)
         self._refine_dead = 0
 
@@ -413,9 +426,20 @@ class TenantPartition:
             if i >= 0 and int(i) in self._chunk
         ]
 
+    def memory_bytes(self) -> tuple[int, int]:
+        """(bytes held in memory, bytes on local disk) of the index and its refine codes, as
+        serialized (FAISS's own sizes: codes, graph links, inverted lists with their ids)."""
+        held = faiss.serialize_index(self._index).nbytes
+        if isinstance(self._refine, MappedVectors):
+            return held, self._refine.disk_bytes
+        if self._refine is not None:
+            held += faiss.serialize_index(self._refine).nbytes
+        return held, 0
+
     def to_files(self) -> tuple[bytes, bytes]:
         """(index bytes, metadata JSON bytes) for a snapshot. The index bytes are one FAISS
-        index, followed for IVF kinds by the refine codes (a second one, from `refine_at`)."""
+        index, followed for IVF kinds by the refine codes from `refine_at`: a second FAISS
+        index, or the float32 rows of "disk" refine vectors (`refine_rows`)."""
         index_bytes = faiss.serialize_index(self._index).tobytes()
         meta: dict[str, Any] = {
             "kind": self.kind,
@@ -427,7 +451,11 @@ class TenantPartition:
         if self._refine is not None:
             self._drop_dead_refine()  # saved: exactly the live ids' codes, in id order
             meta["refine_at"] = len(index_bytes)
-            index_bytes += faiss.serialize_index(self._refine).tobytes()
+            if isinstance(self._refine, MappedVectors):
+                meta["refine_rows"] = "float32"
+                index_bytes += self._refine.to_bytes()
+            else:
+                index_bytes += faiss.serialize_index(self._refine).tobytes()
         return index_bytes, json.dumps(meta).encode()
 
     @classmethod
@@ -439,18 +467,21 @@ class TenantPartition:
         hnsw: HnswSpec,
         exact_threshold: int,
         index: DenseIndexSpec | None = None,
+        scratch: Path | None = None,
     ) -> TenantPartition:
-        """Inverse of `to_files` (the kind is the saved one; query parameters are the given
-        specs'); checks the index matches its metadata."""
+        """Inverse of `to_files` (the kind and the refine storage are the saved ones; query
+        parameters are the given specs'); checks the index matches its metadata."""
         meta = json.loads(meta_bytes)
         if meta["kind"] not in KINDS:
             raise ValueError(f"snapshot partition has an unknown kind {meta['kind']!r}")
-        part = cls(dim, hnsw, exact_threshold, index)
+        part = cls(dim, hnsw, exact_threshold, index, scratch)
         refine_at = meta.get("refine_at")
         main = index_bytes if refine_at is None else index_bytes[:refine_at]
         part._index = faiss.deserialize_index(np.frombuffer(main, dtype=np.uint8))
         part._refine = None
-        if refine_at is not None:
+        if meta.get("refine_rows") == "float32":
+            part._refine = MappedVectors.from_bytes(index_bytes[refine_at:], dim, scratch)
+        elif refine_at is not None:
             rest = np.frombuffer(index_bytes[refine_at:], dtype=np.uint8)
             part._refine = faiss.deserialize_index(rest)
         part.kind = meta["kind"]

@@ -101,7 +101,8 @@ class DenseShard:
 
     `index`: the type of the partitions that outgrow exact search (None: hnsw, as before
     index types); raises InvalidInput naming the field when it cannot index the identity's
-    dimension (`dense.index.pq.m`)."""
+    dimension (`dense.index.pq.m`). `scratch`: the node-local directory of the files an index
+    type keeps on disk (None: the system's temporary directory)."""
 
     def __init__(
         self,
@@ -109,12 +110,14 @@ class DenseShard:
         hnsw: HnswSpec,
         exact_threshold: int,
         index: DenseIndexSpec | None = None,
+        scratch: Path | None = None,
     ) -> None:
         self.identity = identity
         self.hnsw = hnsw
         self.index = index or DenseIndexSpec()
         self.index.check_dimension(identity.dimension)
         self.exact_threshold = exact_threshold
+        self.scratch = scratch
         self.wal_offset = 0  # the chunks log offset this state covers (set by replay and load)
         self._partitions: dict[str, TenantPartition] = {}
         self._lock = threading.Lock()
@@ -133,7 +136,9 @@ class DenseShard:
         with self._lock:
             part = self._partitions.get(tenant)
             if part is None:
-                part = TenantPartition(self.dim, self.hnsw, self.exact_threshold, self.index)
+                part = TenantPartition(
+                    self.dim, self.hnsw, self.exact_threshold, self.index, self.scratch
+                )
                 part.upsert(ids, vecs)
                 self._partitions[tenant] = part
             else:
@@ -205,6 +210,13 @@ class DenseShard:
                 "wal_offset": self.wal_offset,
             }
 
+    def memory_bytes(self) -> tuple[int, int]:
+        """(bytes held in memory, bytes on local disk) of every partition's index and refine
+        codes (`TenantPartition.memory_bytes`)."""
+        with self._lock:
+            sizes = [part.memory_bytes() for part in self._partitions.values()]
+        return sum(held for held, _ in sizes), sum(disk for _, disk in sizes)
+
     def compact(self) -> None:
         """Rebuild every partition without tombstones and drop emptied tenants."""
         with self._lock:
@@ -243,6 +255,7 @@ class DenseShard:
         hnsw: HnswSpec | None = None,
         exact_threshold: int | None = None,
         index: DenseIndexSpec | None = None,
+        scratch: Path | None = None,
     ) -> DenseShard:
         """Read the snapshot the manifest names; `hnsw`/`exact_threshold`/`index` override the
         saved ones (query parameters such as efSearch and nprobe apply to the loaded
@@ -256,7 +269,9 @@ class DenseShard:
             if manifest is None:
                 raise FileNotFoundError(f"no dense shard snapshot in {directory}")
             try:
-                return cls._from_manifest(directory, manifest, hnsw, exact_threshold, index)
+                return cls._from_manifest(
+                    directory, manifest, hnsw, exact_threshold, index, scratch
+                )
             except FileNotFoundError:
                 if attempt == _LOAD_RETRIES - 1:
                     raise
@@ -270,6 +285,7 @@ class DenseShard:
         hnsw: HnswSpec | None,
         exact_threshold: int | None,
         index: DenseIndexSpec | None,
+        scratch: Path | None,
     ) -> DenseShard:
         if manifest.get("format") != FORMAT:
             raise InvalidInput(f"{directory}: unsupported snapshot format {manifest.get('format')}")
@@ -278,6 +294,7 @@ class DenseShard:
             hnsw or HnswSpec.model_validate(manifest["hnsw"]),
             manifest["exact_threshold"] if exact_threshold is None else exact_threshold,
             index or DenseIndexSpec.model_validate(manifest.get("index", {})),
+            scratch,
         )
         shard.wal_offset = int(manifest["wal_offset"])
         for tenant, names in manifest["partitions"].items():
@@ -288,6 +305,7 @@ class DenseShard:
                 shard.hnsw,
                 shard.exact_threshold,
                 shard.index,
+                scratch,
             )
         return shard
 

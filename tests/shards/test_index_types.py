@@ -39,12 +39,26 @@ SPECS = {
     "ivf_sq8": DenseIndexSpec.model_validate(
         {**IVF, "type": "ivf_sq8", "refine": {"storage": "fp16", "kFactor": 8}}
     ),
+    "ivf_pq_disk": DenseIndexSpec.model_validate(
+        {
+            **IVF,
+            "type": "ivf_pq",
+            "pq": {"m": 4, "nbits": 6},
+            "refine": {"storage": "disk", "kFactor": 8},
+        }
+    ),
 }
 # How far a score may be from the float32 inner product, by refine (or HNSW) storage.
-TOLERANCE = {"hnsw_sq8": 0.02, "ivf_pq": 1e-5, "ivf_pq_sq4": 0.2, "ivf_sq8": 2e-3}
+TOLERANCE = {
+    "hnsw_sq8": 0.02,
+    "ivf_pq": 1e-5,
+    "ivf_pq_sq4": 0.2,
+    "ivf_sq8": 2e-3,
+    "ivf_pq_disk": 1e-5,
+}
 # recall@10 against exact search on these 16-d random vectors (4-bit refine codes of 16
 # dimensions misorder close neighbours; at 384 dimensions their errors average out)
-MIN_RECALL = {"hnsw_sq8": 0.9, "ivf_pq": 0.9, "ivf_pq_sq4": 0.7, "ivf_sq8": 0.9}
+MIN_RECALL = {"hnsw_sq8": 0.9, "ivf_pq": 0.9, "ivf_pq_sq4": 0.7, "ivf_sq8": 0.9, "ivf_pq_disk": 0.9}
 
 
 def unit(n: int, seed: int = 0, dim: int = DIM) -> np.ndarray:
@@ -302,7 +316,8 @@ def test_a_manifest_without_an_index_type_loads_as_hnsw(tmp_path) -> None:
 def test_quantized_types_take_the_memory_they_promise_at_384_dimensions() -> None:
     """FAISS's own sizes of each type's structures per vector (serialized: codes, graph links,
     inverted lists with their ids, refine codes), against HNSW over float32 (M 32): hnsw_sq8
-    stays under 40 %, ivf_pq (48 x 8 bits) with sq4 refine codes under 15 %."""
+    stays under 40 %, ivf_pq (48 x 8 bits) with sq4 refine codes under 15 %, and with its
+    float32 refine vectors on disk under 5 %, the vectors whole on disk."""
     dim, n = 384, 2000
     x = unit(n, seed=1, dim=dim)
     ids = [f"c{i}" for i in range(n)]
@@ -315,20 +330,26 @@ def test_quantized_types_take_the_memory_they_promise_at_384_dimensions() -> Non
             type="ivf_pq", train_min=n, ivf={"nlist": 16}, refine={"storage": "sq4"}
         ),
         "ivf_pq_sq8": DenseIndexSpec(type="ivf_pq", train_min=n, ivf={"nlist": 16}),
+        "ivf_pq_disk": DenseIndexSpec(
+            type="ivf_pq", train_min=n, ivf={"nlist": 16}, refine={"storage": "disk"}
+        ),
     }.items():
         part = TenantPartition(dim, hnsw, 0, spec)
         part.upsert(ids, x)
         assert part.kind == spec.type
         fixed = 16 * dim * 4 + 48 * 256 * 8 * 4  # IVF centroids and PQ codebooks, not per vector
-        sizes[name] = (len(part.to_files()[0]) - (fixed if spec.type == "ivf_pq" else 0)) / n
+        held, on_disk = part.memory_bytes()
+        assert on_disk == (n * dim * 4 if name == "ivf_pq_disk" else 0)
+        sizes[name] = (held - (fixed if spec.type == "ivf_pq" else 0)) / n
     assert sizes["hnsw"] > 4 * dim  # float32 vectors and the graph
     assert sizes["hnsw_sq8"] <= 0.40 * sizes["hnsw"]
     assert sizes["ivf_pq_sq4"] <= 0.15 * sizes["hnsw"]
     assert sizes["ivf_pq_sq8"] == pytest.approx(48 + 8 + dim, abs=8)  # codes, id, refine codes
+    assert sizes["ivf_pq_disk"] <= 0.05 * sizes["hnsw"]
     assert faiss.index_factory(dim, "SQ4").sa_code_size() == dim // 2
 
 
-@pytest.mark.parametrize("name", ["ivf_pq", "ivf_sq8", "hnsw_sq8"])
+@pytest.mark.parametrize("name", ["ivf_pq", "ivf_sq8", "hnsw_sq8", "ivf_pq_disk"])
 def test_random_writes_keep_the_index_and_its_refine_codes_in_step(name: str) -> None:
     """Interleaved upserts, replacements and deletes (one by one, as the log replays them) and
     snapshots: every live chunk finds itself first and nothing retired is ever returned."""
