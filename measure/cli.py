@@ -115,6 +115,12 @@ def add_commands(sub: argparse._SubParsersAction[Any]) -> None:
         help="RagIndex spec YAML the app runs (e.g. its embedder); the benchmark sets dense.shards"
         " (2), the replicas and the request limits itself",
     )
+    b.add_argument(
+        "--anchors",
+        type=int,
+        help="real passages the corpus vectors are generated around (embedded once, cached;"
+        " default 2,000)",
+    )
     b.add_argument("--check", action="store_true", help=CHECK_HELP)
     b.set_defaults(run=lazy("ragindex.measure.bench.cli", "bench_serve_command"))
     b = bench.add_parser(

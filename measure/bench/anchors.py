@@ -1,4 +1,5 @@
-"""Real passages and their real all-MiniLM-L6-v2 vectors: the anchors of the scale vectors.
+"""Real passages and their real all-MiniLM-L6-v2 vectors: the anchors of the generated vectors
+that `bench scale` and `bench serve` fill their indexes with (`anchored_generator`).
 
 Two sources, both real text that ships on this machine:
 
@@ -25,6 +26,7 @@ import numpy as np
 
 from ragindex.config import EmbedderSpec
 from ragindex.errors import InvalidInput
+from ragindex.measure.bench.scale_vectors import Generator, calibrate, nn_distances
 from ragindex.measure.evals.cli import cache_dir
 from ragindex.protocols import Vectors
 
@@ -139,3 +141,10 @@ def real_vectors(count: int, spec: EmbedderSpec | None = None) -> Vectors:
             print(f"embedded {start + len(block)}/{count} real passages", file=sys.stderr)
         blocks.append(np.load(path))
     return np.ascontiguousarray(np.concatenate(blocks), dtype=np.float32)
+
+
+def anchored_generator(anchors: int, spec: EmbedderSpec | None = None) -> Generator:
+    """The generator over the real embedder's vectors of `anchors` real passages, calibrated so
+    that as many generated vectors have the real set's nearest-neighbour distances."""
+    real = real_vectors(anchors, spec)
+    return calibrate(real, nn_distances(real), len(real))

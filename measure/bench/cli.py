@@ -219,7 +219,7 @@ def checked(args: argparse.Namespace, missed: list[str]) -> int:
 def bench_serve_command(args: argparse.Namespace) -> int:
     """`ragindex bench serve`: see ragindex.measure.bench.serve."""
     from ragindex.app.index_opening import load_spec
-    from ragindex.measure.bench.serve import format_report, run_bench_serve
+    from ragindex.measure.bench.serve import ANCHORS, format_report, run_bench_serve
 
     skip = set(getattr(args, "skip", None) or ())
     exit_on_sigterm()
@@ -234,6 +234,7 @@ def bench_serve_command(args: argparse.Namespace) -> int:
         shard_replicas=getattr(args, "shard_replicas", None),
         replica_niceness=getattr(args, "replica_niceness", None),
         spec=load_spec(getattr(args, "spec", None)),
+        anchors=getattr(args, "anchors", None) or ANCHORS,
     )
     if args.json:  # first: a run's figures outlast a failure to print them
         write_json(args.json, report)

@@ -29,9 +29,11 @@ import numpy as np
 import yaml
 
 from ragindex.config import RagIndexSpec
-from ragindex.measure.bench.serve import BENCH_SPEC
+from ragindex.measure.bench.anchors import anchored_generator
+from ragindex.measure.bench.serve import ANCHORS, BENCH_SPEC
 from ragindex.measure.bench.serve_corpus import (
     TENANT,
+    RealText,
     SyntheticPassages,
     load_corpus,
     unique_queries,
@@ -175,7 +177,11 @@ def run_bench_http(
     spec = RagIndexSpec.model_validate(BENCH_SPEC)
     rng = np.random.default_rng(5)
     base_dir = root / "baseline"
-    load_corpus(base_dir, spec, SyntheticPassages(load_embedder(spec.embedder)), chunks, rng)
+    passages = SyntheticPassages(
+        load_embedder(spec.embedder), anchored_generator(ANCHORS, spec.embedder)
+    )
+    text = RealText(chunks)
+    load_corpus(base_dir, spec, passages, chunks, text)
     token = create_token(base_dir, TENANT)
     taken: set[str] = set()
     report: dict[str, Any] = {"chunks": chunks, "queries": QUERIES, "variants": {}}
@@ -200,8 +206,8 @@ def run_bench_http(
                     ) as client,
                 ):
                     for mode in ("lexical", "hybrid"):
-                        warmup = unique_queries(rng, WARMUP, taken)
-                        queries = unique_queries(rng, QUERIES, taken)
+                        warmup = unique_queries(text, rng, WARMUP, taken)
+                        queries = unique_queries(text, rng, QUERIES, taken)
                         result[mode] = compare(base_client, client, warmup, queries, mode)
             except RuntimeError as err:  # this variant would not start: say so, go on
                 result["error"] = str(err)

@@ -395,16 +395,6 @@ def plot_scale(report: Mapping[str, Any], path: Path) -> Path:
     return path
 
 
-def scale_generator(anchors: int) -> Generator:
-    """The generator over `anchors` real vectors, calibrated so that as many generated vectors
-    have the real set's nearest-neighbour distances."""
-    from ragindex.measure.bench.anchors import real_vectors
-    from ragindex.measure.bench.scale_vectors import calibrate, nn_distances
-
-    real = real_vectors(anchors)
-    return calibrate(real, nn_distances(real), len(real))
-
-
 def dense_with_index(text: str) -> DenseSpec:
     """The dense spec whose `index` holds the `--index` JSON's fields, or InvalidInput naming
     what is wrong."""
@@ -417,7 +407,7 @@ def dense_with_index(text: str) -> DenseSpec:
 
 def bench_scale_command(args: Any) -> int:
     """`ragindex bench scale`: see the module doc."""
-    from ragindex.measure.bench.anchors import real_vectors
+    from ragindex.measure.bench.anchors import anchored_generator, real_vectors
     from ragindex.measure.bench.cli import checked
     from ragindex.measure.bench.scale_vectors import validate, validation_lines
     from ragindex.measure.output import write_json
@@ -435,7 +425,7 @@ def bench_scale_command(args: Any) -> int:
         report["validation"] = validate(real, queries=min(500, len(real) // 10))
         print("\n".join(validation_lines(report["validation"])))
     report |= run_scale(
-        scale_generator(args.anchors),
+        anchored_generator(args.anchors),
         sizes,
         types,
         dense,

@@ -1,11 +1,15 @@
 """`ragindex bench serve`: what the Serve layer costs over the in-process engine, and under load.
 
-One run, one corpus (synthetic text, synthetic clustered vectors, 2 shards), measured while the
-app serves, each pair interleaved query by query so both sides see the same background load
-on a noisy machine (ratios and differences from one run are the figures to trust):
+One run, one corpus (synthetic text; passage vectors generated around the real embedder's
+vectors of `--anchors` real passages, `anchored_generator`, so that the HNSW graph is searched
+as on real embeddings; 2 shards), measured while the app serves, each pair interleaved query by
+query so both sides see the same background load on a noisy machine (ratios and differences
+from one run are the figures to trust):
 - hybrid search p50/p99 through HTTP vs the same queries through the in-process engine (the
   Router's own query path, opened read-only in this process), their difference, and the HTTP
-  searches' stages (embed, dense, lexical, fusion, fetch) with what HTTP adds split into the
+  searches' stages (embed, dense, lexical, fusion, fetch), the dense stage beside its floor
+  (`dense_floor`: the same vectors searched in each shard's own index, none of the replica's
+  work around it), with what HTTP adds split into the
   replica's share (its Server-Timing) and the proxy and network's; `hop_table`: each call the
   Router made to another replica (the Server-Timing `hop.*` metrics: round trip, the replica's
   queue and service, the transport left over) and the path's segments summed against the
@@ -64,8 +68,10 @@ from ragindex.config import RagIndexSpec
 from ragindex.errors import InvalidInput
 from ragindex.measure.bench.load import PeakMemory, served_memory, timed_phase
 from ragindex.measure.bench.peer import fill_elasticsearch, time_lexical_peer
+from ragindex.measure.bench.scale_vectors import as_dict
 from ragindex.measure.bench.serve_corpus import (
     TENANT,
+    RealText,
     SyntheticPassages,
     fresh_queries,
     load_corpus,
@@ -87,6 +93,7 @@ from ragindex.measure.bench.serve_probes import (
     saturation,
     stage_breakdown,
     time_cache_hits,
+    time_dense_floor,
     time_search_pair,
     wait_every_replica_ready,
     wait_ready,
@@ -132,6 +139,9 @@ BENCH_SPEC = {
 QUERIES = 200
 WARMUP_QUERIES = 20
 MIN_CHUNKS = 100
+# Real passages the corpus vectors are generated around (`anchored_generator`; embedded once,
+# then cached)
+ANCHORS = 2_000
 FRESHNESS_PROBES = 20
 CACHE_QUERIES = 10  # the repeated set that shows the query-embedding cache's hit path
 CACHE_ROUNDS = 5
@@ -197,6 +207,7 @@ def run_bench_serve(
     shard_replicas: int | None = None,
     replica_niceness: int | None = None,
     spec: RagIndexSpec | None = None,
+    anchors: int = ANCHORS,
 ) -> dict[str, Any]:
     """Load, then measure while the app runs, each pair interleaved in one run so both sides
     share the machine's load: HTTP / in-process hybrid search (and its stages), ragindex
@@ -208,7 +219,8 @@ def run_bench_serve(
     embedder pools, Ingest as their own deployments) on this machine, and the saturation ramp
     runs once, on that layout, its replicas at Ray's niceness (15) unless `replica_niceness`
     says otherwise. `spec` (defaults when None) is what the app runs, less what the benchmark
-    sets itself: two shards, its Router or shard replicas, and no request limits."""
+    sets itself: two shards, its Router or shard replicas, and no request limits. The passages'
+    vectors are generated around the spec's embedder's vectors of `anchors` real passages."""
     if chunks < MIN_CHUNKS:
         raise InvalidInput(f"--chunks must be at least {MIN_CHUNKS}")
     if shard_replicas is not None and shard_replicas < 1:
@@ -218,6 +230,8 @@ def run_bench_serve(
             "--replica-niceness is for the cluster layout (--shard-replicas) and must be in"
             f" 0..19, got {replica_niceness}"
         )
+    if anchors < 2:
+        raise InvalidInput(f"--anchors must be at least 2, got {anchors}")
     if data_dir is not None and data_dir.exists() and any(data_dir.iterdir()):
         raise InvalidInput(f"{data_dir} is not empty; the benchmark needs a fresh data dir")
     with ExitStack() as cleanup:
@@ -236,6 +250,7 @@ def run_bench_serve(
             shard_replicas=shard_replicas,
             replica_niceness=replica_niceness,
             spec=bench_spec(spec or RagIndexSpec(), shard_replicas),
+            anchors=anchors,
         )
 
 
@@ -276,6 +291,7 @@ def _run(
     shard_replicas: int | None,
     replica_niceness: int | None,
     spec: RagIndexSpec,
+    anchors: int,
 ) -> dict[str, Any]:
     from ragindex.app import APP_NAME, stop_local
     from ragindex.app.serve_cli import CLUSTER_WORKER_NICENESS, apply_ray_environment
@@ -286,6 +302,7 @@ def _run(
     free_dashboard_port()
     from ragindex.app.serve.data_plane import DEFAULT_NAMESPACE, open_log
     from ragindex.app.serve.query_side import LocalQuerySide
+    from ragindex.measure.bench.anchors import anchored_generator
     from ragindex.measure.servers.elasticsearch import running_elasticsearch
     from ragindex.models import load_embedder
     from ragindex.topics import plane_topics
@@ -303,13 +320,16 @@ def _run(
     }
 
     with timed_phase("load_s", phases):
-        load_corpus(data_dir, spec, SyntheticPassages(real), chunks, rng)
+        generator = anchored_generator(anchors, spec.embedder)
+        report["corpus_vectors"] = as_dict(generator)
+        text = RealText(chunks)
+        load_corpus(data_dir, spec, SyntheticPassages(real, generator), chunks, text)
     taken: set[str] = set()
-    warmup = unique_queries(rng, WARMUP_QUERIES, taken)
-    queries = unique_queries(rng, QUERIES, taken)
-    peer_warmup = unique_queries(rng, WARMUP_QUERIES, taken)
-    peer_queries = unique_queries(rng, QUERIES, taken)
-    repeated = unique_queries(rng, CACHE_QUERIES, taken)
+    warmup = unique_queries(text, rng, WARMUP_QUERIES, taken)
+    queries = unique_queries(text, rng, QUERIES, taken)
+    peer_warmup = unique_queries(text, rng, WARMUP_QUERIES, taken)
+    peer_queries = unique_queries(text, rng, QUERIES, taken)
+    repeated = unique_queries(text, rng, CACHE_QUERIES, taken)
     texts = [ingest_texts(rng, n) for n in range(INGEST_ROUNDS + 1)]  # the last: warm-up
 
     token = create_token(data_dir, TENANT)
@@ -354,6 +374,7 @@ def _run(
             search_cpu = (search_from, runtime_cpu_s(server_only))
             search_s = time.monotonic() - search_started
             report["query_cache_hits"] = time_cache_hits(client, repeated, CACHE_ROUNDS)
+            report["dense_floor"] = time_dense_floor(side, queries)
             if es is not None:
                 es_client = stack.enter_context(httpx.Client(base_url=es.url, timeout=60))
 
@@ -379,7 +400,7 @@ def _run(
             nice = niceness if runtime == "cluster" else None
             report |= ingest_section(client, real, texts, memory.exclude, nice)
         if load:
-            stream = fresh_queries(rng, taken)
+            stream = fresh_queries(text, rng, taken)
             report["saturation"] = {"1": saturation(url, token, stream, memory)}
             report["runtime_memory_under_load"] = dict(memory.peak)
         if load and runtime == "local":

@@ -1,8 +1,11 @@
-"""`bench serve`'s corpus and queries: synthetic passages (real-model queries, clustered
-synthetic vectors) loaded through the log and the real ingest worker, and unique queries."""
+"""`bench serve`'s corpus and queries: real passages (`RealText`: the bundled collections, then
+dict-gcide) whose vectors are generated around the real model's vectors of real passages
+(`scale_vectors`), loaded through the log and the real ingest worker, and unique keyword
+queries cut from the same text (embedded by the real model)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -10,6 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ragindex.config import RagIndexSpec
+from ragindex.measure.bench.scale_vectors import Generator
 from ragindex.protocols import Embedder, Vectors
 from ragindex.records import docs_records
 from ragindex.types import Document
@@ -22,6 +26,9 @@ TENANT = "bench"
 
 
 LOAD_BATCH = 2_000
+TEXT_WORDS = 60  # of a real passage per document: one chunk (SyntheticPassages counts 2 a word)
+QUERY_WORDS = 4
+PASSAGES = 100_000  # distinct real passages at most; a larger corpus repeats them
 
 
 _WORDS_TEXT = (
@@ -41,30 +48,49 @@ def synthetic_text(rng: np.random.Generator, n: int, words: int = 40) -> str:
     return f"record {n} " + " ".join(WORDS[i] for i in picked)
 
 
-def clustered_unit_vectors(
-    rng: np.random.Generator, count: int, dim: int, centers: np.ndarray
-) -> Vectors:
-    """Unit vectors around random centres: closer to real embeddings than uniform noise."""
-    which = rng.integers(0, len(centers), size=count)
-    vecs = centers[which] + 0.35 * rng.standard_normal((count, dim)).astype(np.float32)
-    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
-    return np.ascontiguousarray(vecs, dtype=np.float32)
+class RealText:
+    """Real passages as the corpus's text and the source of its queries. BM25 over a few dozen
+    synthetic words gives every query term a posting list of ~40 % of the corpus; real text's
+    terms are selective (a Zipf vocabulary), so only real text gives the lexical leg (and
+    Elasticsearch, its peer) the cost they have on a real corpus."""
+
+    def __init__(self, passages: int) -> None:
+        from ragindex.measure.bench.anchors import real_passages
+
+        self.passages = [
+            " ".join(p.split()[:TEXT_WORDS]) for p in real_passages(min(passages, PASSAGES))
+        ]
+        self._words = [re.findall(r"[a-z]{3,}", p.lower()) for p in self.passages]
+        self._words = [w for w in self._words if len(w) >= QUERY_WORDS]
+
+    def text(self, n: int) -> str:
+        """Document n's text: a real passage (under its record number, so repeats differ)."""
+        return f"record {n} {self.passages[n % len(self.passages)]}"
+
+    def query(self, rng: np.random.Generator) -> str:
+        """QUERY_WORDS consecutive words of a random passage, as a user types keywords."""
+        words = self._words[int(rng.integers(len(self._words)))]
+        start = int(rng.integers(len(words) - QUERY_WORDS + 1))
+        return " ".join(words[start : start + QUERY_WORDS])
 
 
 class SyntheticPassages:
-    """The real model for queries and identity; synthetic vectors for the bulk-loaded passages."""
+    """The real model for queries and identity; for the bulk-loaded passages, vectors that
+    behave like the real model's (generated around its vectors of real passages: an HNSW graph
+    over near-uniform noise searches several times slower than over real embeddings)."""
 
-    def __init__(self, real: Embedder, seed: int = 7) -> None:
+    def __init__(self, real: Embedder, generator: Generator, seed: int = 7) -> None:
+        if generator.anchors.shape[1] != real.identity.dimension:
+            raise ValueError("the generator's anchors are not the embedder's dimension")
         self.real = real
         self.identity = real.identity
         self.max_seq_length = real.max_seq_length
-        self._rng = np.random.default_rng(seed)
-        dim = real.identity.dimension
-        centers = self._rng.standard_normal((64, dim)).astype(np.float32)
-        self._centers = centers / np.linalg.norm(centers, axis=1, keepdims=True)
+        self._generator = generator
+        self._seed = seed
 
     def embed_passages(self, texts: Sequence[str]) -> Vectors:
-        return clustered_unit_vectors(self._rng, len(texts), self.identity.dimension, self._centers)
+        self._seed += 1  # each batch its own vectors, the same ones in every run
+        return self._generator.generate(len(texts), self._seed)
 
     def embed_queries(self, texts: Sequence[str]) -> Vectors:
         return self.real.embed_queries(texts)
@@ -74,7 +100,7 @@ class SyntheticPassages:
 
 
 def load_corpus(
-    data_dir: Path, spec: RagIndexSpec, embedder: Embedder, chunks: int, rng: np.random.Generator
+    data_dir: Path, spec: RagIndexSpec, embedder: Embedder, chunks: int, text: RealText
 ) -> None:
     """Append the corpus to `docs` and run the ingest worker over it, in this process."""
     from ragindex.app import APP_NAME
@@ -89,7 +115,7 @@ def load_corpus(
         worker = IngestWorker(log, topics, embedder, spec.chunking, range(topics.docs_partitions))
         for start in range(0, chunks, LOAD_BATCH):
             docs = [
-                Document("synth", f"d{n}", f"Synthetic {n}", synthetic_text(rng, n))
+                Document("synth", f"d{n}", f"Passage {n}", text.text(n))
                 for n in range(start, min(chunks, start + LOAD_BATCH))
             ]
             log.append(topics.docs, docs_records(TENANT, docs, topics.docs_partitions))
@@ -99,19 +125,21 @@ def load_corpus(
         log.close()  # the Ingest replica becomes the log's writer
 
 
-def unique_queries(rng: np.random.Generator, count: int, taken: set[str]) -> list[str]:
-    """`count` queries of 5 vocabulary words, none seen before (added to `taken`): no timed
-    query can be answered from a cache that an earlier one warmed."""
+def unique_queries(
+    text: RealText, rng: np.random.Generator, count: int, taken: set[str]
+) -> list[str]:
+    """`count` queries cut from the corpus's text, none seen before (added to `taken`): no
+    timed query can be answered from a cache that an earlier one warmed."""
     out: list[str] = []
     while len(out) < count:
-        q = " ".join(rng.choice(WORDS, size=5, replace=False))
+        q = text.query(rng)
         if q not in taken:
             taken.add(q)
             out.append(q)
     return out
 
 
-def fresh_queries(rng: np.random.Generator, taken: set[str]) -> Iterator[str]:
+def fresh_queries(text: RealText, rng: np.random.Generator, taken: set[str]) -> Iterator[str]:
     """An endless stream of unique queries (saturation levels draw from it)."""
     while True:
-        yield from unique_queries(rng, 64, taken)
+        yield from unique_queries(text, rng, 64, taken)

@@ -245,6 +245,31 @@ def time_search_pair(
     return inproc_ms, http
 
 
+def time_dense_floor(side: LocalQuerySide, queries: Sequence[str]) -> dict[str, float]:
+    """The dense stage's floor, in this process on the in-process side's shards: each query's
+    vector searched in each shard's own index for the fusion's candidates (FAISS and the
+    partition's id mapping, none of the replica's chunk carrying, merging or threads), the
+    shards one after another. The dense stage searches them side by side: its floor is the
+    slowest shard's time."""
+    assert side.engine is not None and side.dense is not None
+    identity = side.engine.embedder.identity
+    candidates = side.spec.fusion.candidates
+    vectors = side.engine.embedder.embed_queries(list(queries))
+    slowest, total = [], []
+    for vector in vectors:
+        times = []
+        for replica in side.dense.replicas:
+            start = time.perf_counter()
+            replica.shard.search(vector, candidates, TENANT, identity)
+            times.append((time.perf_counter() - start) * 1000)
+        slowest.append(max(times))
+        total.append(sum(times))
+    return {
+        "slowest_shard_p50_ms": round(percentile(slowest, 50), 3),
+        "shards_summed_p50_ms": round(percentile(total, 50), 3),
+    }
+
+
 def time_cache_hits(client: httpx.Client, queries: list[str], rounds: int) -> dict[str, float]:
     """The query-embedding cache's hit path, apart from every other figure: a small set of
     queries (none of them timed elsewhere) sent once to fill the cache, then `rounds` more

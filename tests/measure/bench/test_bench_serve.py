@@ -28,8 +28,15 @@ from ragindex.measure.bench.peer import (
     fill_elasticsearch,
     overlap_at_k,
 )
+from ragindex.measure.bench.scale_vectors import Generator, anchor_neighbours
 from ragindex.measure.bench.serve import bench_spec, run_bench_serve, search_cpu_per_query
-from ragindex.measure.bench.serve_corpus import unique_queries
+from ragindex.measure.bench.serve_corpus import (
+    QUERY_WORDS,
+    TEXT_WORDS,
+    RealText,
+    SyntheticPassages,
+    unique_queries,
+)
 from ragindex.measure.bench.serve_ingest import INGEST_DOCS, ingest_texts, median_round
 from ragindex.measure.bench.serve_probes import (
     HttpSample,
@@ -47,14 +54,41 @@ from ragindex.types import Document
 from .conftest import TINY_DOCS, TINY_QUERIES
 
 
-def test_query_sets_are_unique_and_disjoint() -> None:
+def test_the_corpus_is_real_text_and_its_query_sets_are_unique_and_disjoint() -> None:
+    text = RealText(300)
+    assert len(text.passages) == 300
+    assert text.text(5) == f"record 5 {text.passages[5]}"
+    assert text.text(305) == f"record 305 {text.passages[5]}"  # repeats differ by record
+    assert all(len(p.split()) <= TEXT_WORDS for p in text.passages)
     rng = np.random.default_rng(3)
     taken: set[str] = set()
-    warmup = unique_queries(rng, 20, taken)
-    timed = unique_queries(rng, 200, taken)
+    warmup = unique_queries(text, rng, 20, taken)
+    timed = unique_queries(text, rng, 200, taken)
+    assert all(len(q.split()) == QUERY_WORDS for q in timed)
+    # each query is words of the corpus, in the order a passage has them
+    assert all(any(q in " ".join(w) for w in text._words) for q in timed[:20])
     assert len(set(warmup)) == 20 and len(set(timed)) == 200
     assert not set(warmup) & set(timed)
     assert taken == set(warmup) | set(timed)
+
+
+def test_passage_vectors_are_generated_around_real_anchors(minilm: Embedder) -> None:
+    """The corpus vectors lean on the real model's vectors of real passages (each generated
+    vector is nearer one anchor than near-uniform noise ever is), differ batch by batch, and
+    are the same in every run."""
+    texts = ["wing flow", "heat transfer in nozzles", "blade vibration", "shock waves"]
+    anchors = minilm.embed_passages(texts)
+    generator = Generator(anchors, anchor_neighbours(anchors), sigma=0.3)
+    first, second = SyntheticPassages(minilm, generator), SyntheticPassages(minilm, generator)
+    batch = first.embed_passages(["a"] * 50)
+    assert batch.shape == (50, minilm.identity.dimension)
+    assert np.allclose(np.linalg.norm(batch, axis=1), 1.0, atol=1e-5)
+    assert (batch @ anchors.T).max(axis=1).min() > 0.5  # uniform noise: ~0.05 at 384-d
+    assert np.array_equal(second.embed_passages(["a"] * 50), batch)
+    assert not np.allclose(first.embed_passages(["a"] * 50), batch)
+    assert first.identity == minilm.identity
+    with pytest.raises(ValueError, match="dimension"):
+        SyntheticPassages(minilm, Generator(anchors[:, :8], anchor_neighbours(anchors), 0.3))
 
 
 def test_bad_options_are_refused_before_anything_starts(tmp_path: Path) -> None:
@@ -62,6 +96,8 @@ def test_bad_options_are_refused_before_anything_starts(tmp_path: Path) -> None:
         run_bench_serve(1_000, tmp_path / "fresh", 1, shard_replicas=0)
     with pytest.raises(InvalidInput, match="--chunks must be at least"):
         run_bench_serve(10, tmp_path / "fresh", 1)
+    with pytest.raises(InvalidInput, match="--anchors must be at least 2, got 1"):
+        run_bench_serve(1_000, tmp_path / "fresh", 1, anchors=1)
     assert not (tmp_path / "fresh").exists()
 
 
@@ -255,6 +291,8 @@ def test_the_command_serves_and_measures_as_a_user_runs_it(tmp_path: Path) -> No
             "peer",
             "--skip",
             "load",
+            "--anchors",
+            "100",
             "--json",
             str(out),
         ],
@@ -270,3 +308,6 @@ def test_the_command_serves_and_measures_as_a_user_runs_it(tmp_path: Path) -> No
     assert report["queries"] > 0 and report["http_p50_ms"] > 0 and report["inproc_p50_ms"] > 0
     assert report["freshness_all_replicas_p99_s"] > 0 and report["bootstrap_s"] > 0
     assert "saturation" not in report and "peer" not in report
+    assert report["corpus_vectors"]["anchors"] == 100
+    floor = report["dense_floor"]
+    assert 0 < floor["slowest_shard_p50_ms"] <= floor["shards_summed_p50_ms"]
