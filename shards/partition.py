@@ -16,6 +16,13 @@ Internal ids are int64s handed out in increasing order and never reused; an upse
 known chunk id gives it a new internal id and retires the old one (removed from a flat or IVF
 index and the refine codes, tombstoned in HNSW, which cannot remove), so a replaced or deleted
 vector is never returned. `compact()` rebuilds without tombstones.
+
+HNSW kinds also search their newest RECENT_EXACT vectors exactly and merge them in: a vector
+unlike the ones already in the graph (a document on a new topic) gets links to neighbours that
+are far from it, and a query near it (itself unlike the corpus) descends to the corpus's
+nearest region and misses it (measured: such a fresh chunk was absent from the dense top 100
+at efSearch 128 in a 30,000-vector partition, and found at rank 1 by exact search). So a
+chunk just written is found by the dense leg whatever the graph does with it.
 """
 
 from __future__ import annotations
@@ -59,6 +66,9 @@ REFINE_DEAD_SHARE = 0.1
 # unit vectors, 16-d trained on 200 of 600 / 64-d on 1,000 of 5,000): the largest score error
 # 0.14 / 0.061 unwidened, 0.006 / 0.005 at 0.2; recall@10 0.972 / 0.924 -> 0.982 / 0.936.
 SQ_RANGE_WIDEN = 0.2
+# The newest vectors of an HNSW partition (those applied since it opened) also searched
+# exactly; 1,024 x 384-d: 1.5 MB and ~0.1 ms a search.
+RECENT_EXACT = 1024
 
 
 def choose_kind(live: int, exact_threshold: int, index: DenseIndexSpec = DEFAULT_INDEX) -> Kind:
@@ -119,6 +129,11 @@ class TenantPartition:
         self._internal: dict[str, int] = {}  # live chunk id -> internal id
         self._chunk: dict[int, str] = {}  # live internal id -> chunk id
         self._tombstones: set[int] = set()  # retired ids still inside an HNSW graph
+        # HNSW kinds: a ring of the newest vectors and their internal ids (-1: empty or
+        # retired), searched exactly beside the graph; allocated when the graph is built
+        self._recent_ids: np.ndarray = np.empty(0, dtype=np.int64)
+        self._recent_vectors: np.ndarray = np.empty((0, dim), dtype=np.float32)
+        self._recent_next = 0
         self._next_id = 0
         self._selector: tuple[Any, Any] | None = None  # (IDSelectorBatch, IDSelectorNot)
         # allowed ids (a frozenset, as TermPostings.select keeps it) -> (internal ids, selector),
@@ -213,6 +228,8 @@ class TenantPartition:
         if not len(internal_ids):
             return
         self._index.add_with_ids(vecs, internal_ids)
+        if self.kind in GRAPH_KINDS:
+            self._remember_recent(vecs, internal_ids)
         if self._refine is not None:
             self._refine.add(vecs)
             self._refine_ids = np.concatenate([self._refine_ids, internal_ids])
@@ -235,11 +252,51 @@ class TenantPartition:
         if self.kind in GRAPH_KINDS:
             self._tombstones.update(internal_ids)
             self._selector = None
+            self._recent_ids[np.isin(self._recent_ids, internal_ids)] = -1
             return
         gone = np.array(internal_ids, dtype=np.int64)
         self._index.remove_ids(faiss.IDSelectorBatch(gone))
         if self._refine is not None:
             self._refine_dead += len(gone)
+
+    def _remember_recent(self, vecs: Vectors, internal_ids: np.ndarray) -> None:
+        """Put the newest vectors in the ring of RECENT_EXACT (the oldest leave first), as the
+        graph stores them (decoded, for hnsw_sq8: a loaded partition scores them alike)."""
+        if not len(self._recent_ids):
+            self._recent_ids = np.full(RECENT_EXACT, -1, dtype=np.int64)
+            self._recent_vectors = np.zeros((RECENT_EXACT, self.dim), dtype=np.float32)
+        vecs, internal_ids = vecs[-RECENT_EXACT:], internal_ids[-RECENT_EXACT:]
+        if self.kind != "hnsw":
+            vecs = self._vectors_of(internal_ids)
+        at = (self._recent_next + np.arange(len(internal_ids))) % RECENT_EXACT
+        self._recent_ids[at] = internal_ids
+        self._recent_vectors[at] = vecs
+        self._recent_next = int((self._recent_next + len(internal_ids)) % RECENT_EXACT)
+
+    def _with_recent(
+        self,
+        hits: list[ScoredId],
+        query: Vectors,
+        k: int,
+        allowed: Collection[str] | None = None,
+    ) -> list[ScoredId]:
+        """The graph's hits merged with the exact top-k of the recent ring's live vectors (of
+        `allowed` chunks only, when given), best first."""
+        live = self._recent_ids >= 0
+        if allowed is not None:  # a lookup per ring slot: `allowed` may hold millions
+            live &= np.fromiter(
+                (i >= 0 and self._chunk[int(i)] in allowed for i in self._recent_ids), bool
+            )
+        if not live.any():
+            return hits
+        scores = self._recent_vectors[live] @ query[0]
+        ids = self._recent_ids[live]
+        best = {h.chunk_id: h.score for h in hits}
+        for i in np.argsort(-scores, kind="stable")[:k]:
+            chunk_id = self._chunk[int(ids[i])]
+            best[chunk_id] = max(best.get(chunk_id, -math.inf), float(scores[i]))
+        ranked = sorted(best.items(), key=lambda item: -item[1])[:k]
+        return [ScoredId(chunk_id, score) for chunk_id, score in ranked]
 
     def _settle_refine(self) -> None:
         """After a write: drop the retired refine codes once they are many."""
@@ -331,7 +388,7 @@ class TenantPartition:
         params.efSearch = max(plan.ef_search, k)
         params.sel = selector  # live ids only: no tombstone inside
         scores_, labels = self._index.search(query, min(k, len(wanted)), params=params)
-        return self._hits(scores_, labels)
+        return self._with_recent(self._hits(scores_, labels), query, min(k, len(wanted)), allowed)
 
     def _exact(
         self, query: Vectors, k: int, allowed: Collection[str], wanted: np.ndarray
@@ -417,6 +474,7 @@ class TenantPartition:
                     self._selector = (batch, faiss.IDSelectorNot(batch))
                 params.sel = self._selector[1]
             scores, labels = self._index.search(query, k, params=params)
+            return self._with_recent(self._hits(scores, labels), query, k)
         return self._hits(scores, labels)
 
     def _hits(self, scores: np.ndarray, labels: np.ndarray) -> list[ScoredId]:
@@ -448,6 +506,9 @@ class TenantPartition:
             "chunk_ids": list(self._chunk.values()),
             "tombstones": sorted(self._tombstones),
         }
+        if len(self._recent_ids):  # oldest first, so that a loaded ring drops the same ones
+            ring = np.roll(self._recent_ids, -self._recent_next)
+            meta["recent"] = [int(i) for i in ring if i >= 0]
         if self._refine is not None:
             self._drop_dead_refine()  # saved: exactly the live ids' codes, in id order
             meta["refine_at"] = len(index_bytes)
@@ -490,6 +551,9 @@ class TenantPartition:
         part._internal = {c: i for i, c in part._chunk.items()}
         part._tombstones = set(meta["tombstones"])
         part._refine_ids = np.array(sorted(part._chunk), dtype=np.int64)
+        recent = np.array([i for i in meta.get("recent", ()) if i in part._chunk], dtype=np.int64)
+        if len(recent) and part.kind in GRAPH_KINDS:
+            part._remember_recent(part._vectors_of(recent), recent)
         expected = len(part._chunk) + len(part._tombstones)
         if (
             part._index.d != dim

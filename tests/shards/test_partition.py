@@ -157,3 +157,44 @@ def test_allowed_ids_are_searched_inside_the_index_at_any_selectivity(hnsw, vecs
         recalls.append(len(set(found) & set(truth)) / len(truth))
     assert np.mean(recalls) >= 0.98
     assert part.search(vecs(1, seed=9)[0], 10, set()) == []
+
+
+def _clustered_with_an_outlier(seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """3,000 vectors in four tight clusters, one vector far from all of them, and a query near
+    that one."""
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((4, DIM))
+    x = (centres[rng.integers(0, 4, 3000)] + 0.3 * rng.standard_normal((3000, DIM))).astype(
+        np.float32
+    )
+    outlier = rng.standard_normal((1, DIM)).astype(np.float32)
+    query = outlier[0] + 0.2 * rng.standard_normal(DIM).astype(np.float32)
+    unit = [v / np.linalg.norm(v, axis=-1, keepdims=True) for v in (x, outlier, query)]
+    return unit[0], unit[1], unit[2]
+
+
+@pytest.mark.parametrize("kind", ["hnsw", "hnsw_sq8"])
+def test_a_vector_unlike_the_graph_is_found_as_soon_as_it_is_written(kind: str) -> None:
+    """A chunk on a new topic gets HNSW links to far neighbours and a query near it descends
+    into the corpus's nearest cluster: the graph alone misses it (checked first, so the test
+    can fail), the partition's search of its newest vectors finds it, through a snapshot too;
+    deleted, it is gone."""
+    from ragindex.config import DenseIndexSpec, HnswSpec
+
+    x, outlier, query = _clustered_with_an_outlier(seed=6)
+    spec = DenseIndexSpec(type=kind, train_min=1000)
+    part = TenantPartition(DIM, HnswSpec(m=8, ef_construction=40, ef_search=16), 0, spec)
+    part.upsert([f"c{i}" for i in range(len(x))], x)
+    part.upsert(["new"], outlier)
+    assert part.kind == kind
+    _, labels = part._index.search(query[None, :], 10)
+    assert part._internal["new"] not in labels[0]  # the graph alone misses it
+    hits = part.search(query, 10)
+    assert hits[0].chunk_id == "new" and len(hits) == 10
+    assert hits[0].score == pytest.approx(float(outlier[0] @ query), abs=2e-2)
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+    assert part.search(query, 10, allowed=frozenset({"new", "c1", "c2"}))[0].chunk_id == "new"
+    loaded = TenantPartition.from_files(*part.to_files(), DIM, part.hnsw, 0, spec)
+    assert loaded.search(query, 10)[0].chunk_id == "new"
+    part.delete(["new"])
+    assert "new" not in {h.chunk_id for h in part.search(query, 10)}
