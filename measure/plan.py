@@ -7,7 +7,8 @@ it assumes beyond the measurements is in the constants' `assumptions`, each with
 The model, per dense shard replica (one search thread, FIELD-NOTES):
 - memory: index bytes per vector (measured at the constants' dimension; the vector codes scale
   with the dimension, the graph or list overhead does not), the replica's per-chunk overhead
-  (RSS growth beyond the index, measured) and the chunk's text (assumed);
+  (RSS growth beyond the index and any mapped refine vectors, measured) and the chunk's text
+  (assumed); refine vectors kept on disk (`refine.storage: disk`) are local disk, not memory;
 - per-shard search p50/p99 at the shard's size: interpolated between measured sizes in log-log,
   beyond them extrapolated with the slope of the two largest (one size: the type's `growth`);
 - shards: the fewest whose replica fits `replica_memory_gib` and whose p99 fits the dense
@@ -113,6 +114,7 @@ class Plan:
     embedder_cores: float
     nodes: int
     snapshot_gib_per_shard: float
+    refine_disk_gib_per_replica: float  # float32 refine vectors on local disk (storage "disk")
     bootstrap_s: float
     apply_batch_s: float
     ingest_cpu_core_hours: float
@@ -151,15 +153,23 @@ def refine_k_factor_for(index_type: str, vectors: int) -> int:
     return REFINE_K_FACTOR
 
 
-def dense_spec_for(index_type: str, shards: int, vectors_per_shard: int) -> dict[str, Any]:
+def dense_spec_for(
+    index_type: str,
+    shards: int,
+    vectors_per_shard: int,
+    measured_with: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """The spec's `dense` settings for the plan (the IVF types' nlist, ivf_pq's refine
-    k-factor where the spec's default is not enough)."""
+    k-factor where the spec's default is not enough), and the `dense.index` settings the
+    type's constants were measured with (`index_settings`: its refine storage, nprobe)."""
     dense: dict[str, Any] = {"shards": shards, "index": {"type": index_type}}
     if index_type in IVF_TYPES:
         dense["index"]["ivf"] = {"nlist": ivf_nlist_for(vectors_per_shard)}
     k_factor = refine_k_factor_for(index_type, vectors_per_shard)
     if k_factor != REFINE_K_FACTOR:
         dense["index"]["refine"] = {"kFactor": k_factor}
+    for section, fields in (measured_with or {}).items():
+        dense["index"][section] = {**dense["index"].get(section, {}), **fields}
     return dense
 
 
@@ -205,6 +215,7 @@ def make_plan(request: PlanInput, constants: dict[str, Any]) -> Plan:
     ref_dim = constants["dim"]
     per_dim = measured["code_bytes_per_dim"]
     index_bpv = per_dim * request.dim + measured["index_overhead_bytes_per_vector"]
+    refine_disk_bpv = measured.get("refine_disk_bytes_per_dim", 0.0) * request.dim
     chunk_bpv = (
         index_bpv
         + measured["replica_overhead_bytes_per_vector"]
@@ -247,7 +258,9 @@ def make_plan(request: PlanInput, constants: dict[str, Any]) -> Plan:
         math.ceil(total_cores / (request.node_cores * NODE_HEADROOM)),
         math.ceil(total_memory / (request.node_memory_gib * GIB * NODE_HEADROOM)),
     )
-    snapshot = per_shard * (index_bpv + measured["snapshot_extra_bytes_per_vector"])
+    snapshot = per_shard * (
+        index_bpv + refine_disk_bpv + measured["snapshot_extra_bytes_per_vector"]
+    )
     apply_batch_s = constants["apply_batch_records"] / measured["build_vectors_per_s"]
     rates = assume["embed_chunks_per_s"]["value"]
     rate = rates.get(key, rates[str(ref_dim)])
@@ -274,6 +287,7 @@ def make_plan(request: PlanInput, constants: dict[str, Any]) -> Plan:
         embedder_cores=round(embedder_cores, 1),
         nodes=nodes,
         snapshot_gib_per_shard=round(snapshot / GIB, 2),
+        refine_disk_gib_per_replica=round(per_shard * refine_disk_bpv / GIB, 2),
         bootstrap_s=round(snapshot / measured["bootstrap_bytes_per_s"], 1),
         apply_batch_s=round(apply_batch_s, 2),
         ingest_cpu_core_hours=round(request.chunks / rate["cpu_core"] / 3600, 1),
@@ -281,7 +295,9 @@ def make_plan(request: PlanInput, constants: dict[str, Any]) -> Plan:
         measured_sizes=sizes,
         extrapolated=per_shard > sizes[-1] or request.dim != ref_dim,
         notes=notes,
-        dense_spec=dense_spec_for(request.index_type, shards, per_shard),
+        dense_spec=dense_spec_for(
+            request.index_type, shards, per_shard, measured.get("index_settings")
+        ),
     )
 
 
@@ -300,6 +316,14 @@ def plan_lines(request: PlanInput, plan: Plan, constants: dict[str, Any]) -> lis
         f" (budget {plan.dense_budget_ms} ms)",
         f"nodes                 {plan.nodes} ({request.node_cores} cores,"
         f" {request.node_memory_gib:g} GiB each)",
+        *(
+            [
+                f"local disk/replica    {plan.refine_disk_gib_per_replica} GiB of refine vectors"
+                " (mapped: the page cache holds what searches touch)"
+            ]
+            if plan.refine_disk_gib_per_replica
+            else []
+        ),
         f"snapshot per shard    {plan.snapshot_gib_per_shard} GiB;"
         f" bootstrap of a replica ~{plan.bootstrap_s} s",
         f"ingest (embedding)    {plan.ingest_cpu_core_hours:,} core-hours on CPU"
@@ -341,7 +365,8 @@ def constants_from_scale(report: dict[str, Any], note: str) -> dict[str, Any]:
     for rates and bytes, every size for latencies), with the assumptions it cannot measure."""
     run = report["run"]
     dim, index = run["dim"], run["dense"]["index"]
-    refine = REFINE_BYTES_PER_DIM[index["refine"]["storage"]]
+    storage = index["refine"]["storage"]
+    refine = REFINE_BYTES_PER_DIM[storage]
     code_bytes = {
         "hnsw": 4.0,
         "hnsw_sq8": 1.0,
@@ -353,14 +378,15 @@ def constants_from_scale(report: dict[str, Any], note: str) -> dict[str, Any]:
     for kind in sorted({k for size in sizes for k in report["sizes"][size]}):
         row = report["sizes"][max((s for s in sizes if kind in report["sizes"][s]), key=int)][kind]
         index_bpv = row["index_bytes_per_million"] / 1e6
+        disk_bpv = row.get("refine_disk_bytes", 0) / row["vectors"]  # mapped: in the RSS
         types[kind] = {
             "code_bytes_per_dim": code_bytes[kind],
             "index_overhead_bytes_per_vector": round(index_bpv - code_bytes[kind] * dim, 1),
             "replica_overhead_bytes_per_vector": round(
-                max(0.0, row["rss_bytes_per_million"] / 1e6 - index_bpv), 1
+                max(0.0, row["rss_bytes_per_million"] / 1e6 - index_bpv - disk_bpv), 1
             ),
             "snapshot_extra_bytes_per_vector": round(
-                max(0.0, row["snapshot_bytes"] / row["vectors"] - index_bpv), 1
+                max(0.0, row["snapshot_bytes"] / row["vectors"] - index_bpv - disk_bpv), 1
             ),
             "build_vectors_per_s": round(row["vectors"] / row["build_s"], 1),
             "bootstrap_bytes_per_s": round(row["snapshot_bytes"] / row["bootstrap_s"]),
@@ -369,6 +395,12 @@ def constants_from_scale(report: dict[str, Any], note: str) -> dict[str, Any]:
                 for q in ("p50_ms", "p99_ms", "recall@10")
             },
         }
+        if kind in IVF_TYPES and storage == "disk":
+            types[kind]["refine_disk_bytes_per_dim"] = round(disk_bpv / dim, 3)
+            types[kind]["index_settings"] = {
+                "ivf": {"nprobe": index["ivf"]["nprobe"]},
+                "refine": {"storage": storage, "kFactor": index["refine"]["k_factor"]},
+            }
     return {
         "measured": {
             "machine": f"{run['cores']} cores, {run['memory_bytes'] / GIB:.0f} GiB,"

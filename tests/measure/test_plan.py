@@ -201,3 +201,30 @@ def test_the_shipped_constants_plan_ten_million() -> None:
         check=False,
     )
     assert bad.returncode != 0 and "--chunks must be >= 1" in bad.stderr
+
+
+def test_refine_vectors_on_disk_are_planned_as_disk_not_memory() -> None:
+    """Constants measured with `refine.storage: disk` carry the refine vectors' bytes apart and
+    the settings they were measured with: the plan counts those bytes as local disk, and its
+    spec says to keep them there."""
+    disk = constants()
+    disk["types"]["ivf_pq"] |= {
+        "code_bytes_per_dim": 0.125,
+        "refine_disk_bytes_per_dim": 4.0,
+        "index_settings": {"ivf": {"nprobe": 64}, "refine": {"storage": "disk", "kFactor": 16}},
+    }
+    in_memory = constants()
+    in_memory["types"]["ivf_pq"]["code_bytes_per_dim"] = 0.125 + 4.0  # flat refine codes
+    on_disk = make_plan(request(index_type="ivf_pq"), disk)
+    held = make_plan(request(index_type="ivf_pq"), in_memory)
+    assert on_disk.memory_gib_per_replica < held.memory_gib_per_replica
+    assert on_disk.shards <= held.shards
+    assert on_disk.refine_disk_gib_per_replica == pytest.approx(
+        on_disk.vectors_per_shard * 4 * 384 / GIB, abs=0.01
+    )
+    assert held.refine_disk_gib_per_replica == 0
+    index = on_disk.dense_spec["index"]
+    assert index["refine"] == {"storage": "disk", "kFactor": 16}
+    assert index["ivf"] == {"nlist": ivf_nlist_for(on_disk.vectors_per_shard), "nprobe": 64}
+    written = RagIndexSpec.model_validate({"dense": on_disk.dense_spec})  # accepted as written
+    assert written.dense.index.refine.storage == "disk" and written.dense.index.ivf.nprobe == 64
