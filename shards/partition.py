@@ -280,23 +280,24 @@ class TenantPartition:
         k: int,
         allowed: Collection[str] | None = None,
     ) -> list[ScoredId]:
-        """The graph's hits merged with the exact top-k of the recent ring's live vectors (of
-        `allowed` chunks only, when given), best first."""
-        live = self._recent_ids >= 0
-        if allowed is not None:  # a lookup per ring slot: `allowed` may hold millions
-            live &= np.fromiter(
-                (i >= 0 and self._chunk[int(i)] in allowed for i in self._recent_ids), bool
-            )
-        if not live.any():
+        """The graph's hits with the recent ring's live vectors (of `allowed` chunks only,
+        when given) that score above the k-th of them merged in, best first. Mostly none
+        does: one product of the ring with the query, and the hits come back as they were."""
+        scores = self._recent_vectors @ query[0]
+        floor = hits[-1].score if len(hits) >= k else -math.inf
+        better = np.flatnonzero((self._recent_ids >= 0) & (scores > floor))
+        if not len(better):
             return hits
-        scores = self._recent_vectors[live] @ query[0]
-        ids = self._recent_ids[live]
-        best = {h.chunk_id: h.score for h in hits}
-        for i in np.argsort(-scores, kind="stable")[:k]:
-            chunk_id = self._chunk[int(ids[i])]
-            best[chunk_id] = max(best.get(chunk_id, -math.inf), float(scores[i]))
-        ranked = sorted(best.items(), key=lambda item: -item[1])[:k]
-        return [ScoredId(chunk_id, score) for chunk_id, score in ranked]
+        have = {h.chunk_id for h in hits}
+        extra = []
+        for at in better.tolist():
+            chunk_id = self._chunk[int(self._recent_ids[at])]
+            if chunk_id not in have and (allowed is None or chunk_id in allowed):
+                have.add(chunk_id)
+                extra.append(ScoredId(chunk_id, float(scores[at])))
+        if not extra:
+            return hits
+        return sorted(hits + extra, key=lambda hit: -hit.score)[:k]
 
     def _settle_refine(self) -> None:
         """After a write: drop the retired refine codes once they are many."""
@@ -478,10 +479,11 @@ class TenantPartition:
         return self._hits(scores, labels)
 
     def _hits(self, scores: np.ndarray, labels: np.ndarray) -> list[ScoredId]:
+        chunk = self._chunk
         return [
-            ScoredId(self._chunk[int(i)], float(s))
-            for s, i in zip(scores[0], labels[0], strict=True)
-            if i >= 0 and int(i) in self._chunk
+            ScoredId(chunk[i], s)
+            for s, i in zip(scores[0].tolist(), labels[0].tolist(), strict=True)
+            if i >= 0 and i in chunk
         ]
 
     def memory_bytes(self) -> tuple[int, int]:
