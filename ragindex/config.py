@@ -211,6 +211,15 @@ class HnswSpec(_Spec):
     ef_search: int = Field(
         128, ge=1, le=4096, description="HNSW efSearch at query time. Changes in place."
     )
+    recent_exact: int = Field(
+        1024,
+        ge=0,
+        le=65536,
+        description="The newest vectors of each tenant's graph also searched exactly, beside"
+        " it: a chunk unlike the corpus (a new topic) is found as soon as it is written, though"
+        " the graph links it poorly. Costs this many vectors' memory and a product with each"
+        " per search; 0 searches the graph alone. Changes in place.",
+    )
 
 
 IndexType = Literal["hnsw", "hnsw_sq8", "ivf_pq", "ivf_sq8"]

@@ -17,7 +17,7 @@ known chunk id gives it a new internal id and retires the old one (removed from 
 index and the refine codes, tombstoned in HNSW, which cannot remove), so a replaced or deleted
 vector is never returned. `compact()` rebuilds without tombstones.
 
-HNSW kinds also search their newest RECENT_EXACT vectors exactly and merge them in: a vector
+HNSW kinds also search their newest `hnsw.recentExact` vectors exactly and merge them in: a vector
 unlike the ones already in the graph (a document on a new topic) gets links to neighbours that
 are far from it, and a query near it (itself unlike the corpus) descends to the corpus's
 nearest region and misses it (measured: such a fresh chunk was absent from the dense top 100
@@ -66,9 +66,6 @@ REFINE_DEAD_SHARE = 0.1
 # unit vectors, 16-d trained on 200 of 600 / 64-d on 1,000 of 5,000): the largest score error
 # 0.14 / 0.061 unwidened, 0.006 / 0.005 at 0.2; recall@10 0.972 / 0.924 -> 0.982 / 0.936.
 SQ_RANGE_WIDEN = 0.2
-# The newest vectors of an HNSW partition (those applied since it opened) also searched
-# exactly; 1,024 x 384-d: 1.5 MB and ~0.1 ms a search.
-RECENT_EXACT = 1024
 
 
 def choose_kind(live: int, exact_threshold: int, index: DenseIndexSpec = DEFAULT_INDEX) -> Kind:
@@ -260,18 +257,22 @@ class TenantPartition:
             self._refine_dead += len(gone)
 
     def _remember_recent(self, vecs: Vectors, internal_ids: np.ndarray) -> None:
-        """Put the newest vectors in the ring of RECENT_EXACT (the oldest leave first), as the
-        graph stores them (decoded, for hnsw_sq8: a loaded partition scores them alike)."""
+        """Put the newest vectors in the ring of `hnsw.recentExact` (the oldest leave first),
+        as the graph stores them (decoded, for hnsw_sq8: a loaded partition scores them
+        alike). 1,024 x 384-d: 1.5 MB, and ~0.07 ms a search."""
+        size = self.hnsw.recent_exact
+        if not size:
+            return
         if not len(self._recent_ids):
-            self._recent_ids = np.full(RECENT_EXACT, -1, dtype=np.int64)
-            self._recent_vectors = np.zeros((RECENT_EXACT, self.dim), dtype=np.float32)
-        vecs, internal_ids = vecs[-RECENT_EXACT:], internal_ids[-RECENT_EXACT:]
+            self._recent_ids = np.full(size, -1, dtype=np.int64)
+            self._recent_vectors = np.zeros((size, self.dim), dtype=np.float32)
+        vecs, internal_ids = vecs[-size:], internal_ids[-size:]
         if self.kind != "hnsw":
             vecs = self._vectors_of(internal_ids)
-        at = (self._recent_next + np.arange(len(internal_ids))) % RECENT_EXACT
+        at = (self._recent_next + np.arange(len(internal_ids))) % size
         self._recent_ids[at] = internal_ids
         self._recent_vectors[at] = vecs
-        self._recent_next = int((self._recent_next + len(internal_ids)) % RECENT_EXACT)
+        self._recent_next = int((self._recent_next + len(internal_ids)) % size)
 
     def _with_recent(
         self,
@@ -283,6 +284,8 @@ class TenantPartition:
         """The graph's hits with the recent ring's live vectors (of `allowed` chunks only,
         when given) that score above the k-th of them merged in, best first. Mostly none
         does: one product of the ring with the query, and the hits come back as they were."""
+        if not len(self._recent_ids):
+            return hits
         scores = self._recent_vectors @ query[0]
         floor = hits[-1].score if len(hits) >= k else -math.inf
         better = np.flatnonzero((self._recent_ids >= 0) & (scores > floor))

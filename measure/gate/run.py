@@ -64,7 +64,8 @@ def gate_measure(
     others: Sequence[Collection] = (),
 ) -> dict[str, Any]:
     """Quality per leg on the collection (nDCG@10, recall@100), the dense leg again with every
-    tenant in HNSW at the spec's efSearch (`dense_hnsw`, with recall@10 against exact), and
+    tenant in HNSW at the spec's efSearch, the graph alone (`dense_hnsw`, with recall@10
+    against exact), and
     each query-path stage's latency as a ratio to its own floor, measured in this run; then
     the quality per leg of each of `others` (from its own cached index) with its tolerance.
     `legs` limits the legs reported (a leg left out is a disabled leg, which the gate fails)."""
@@ -139,9 +140,12 @@ def leg_quality(payload: dict[str, Any], legs: Sequence[str] | None) -> dict[str
 
 def hnsw_replay(index: EmbeddedIndex, root: Path) -> ReplicaDenseIndex:
     """The index's dense view replayed again from `chunks.<generation>` into `root`, with
-    every tenant in the spec's index type (exact_threshold 0) at its settings."""
+    every tenant in the spec's index type (exact_threshold 0) at its settings, searched in
+    the graph alone: the exact search of a partition's newest vectors (`recentExact`) would
+    cover every vector of a collection this small."""
     assert index.side.log is not None
     dense = index.spec.dense
+    graph_alone = dense.hnsw.model_copy(update={"recent_exact": 0})
     replicas = [
         LogShardReplica(
             index.side.log,
@@ -149,7 +153,7 @@ def hnsw_replay(index: EmbeddedIndex, root: Path) -> ReplicaDenseIndex:
             shard,
             root / f"shard-{shard:03d}",
             index.embedder.identity,
-            dense.hnsw,
+            graph_alone,
             exact_threshold=0,
             index=dense.index,
         )

@@ -198,3 +198,24 @@ def test_a_vector_unlike_the_graph_is_found_as_soon_as_it_is_written(kind: str) 
     assert loaded.search(query, 10)[0].chunk_id == "new"
     part.delete(["new"])
     assert "new" not in {h.chunk_id for h in part.search(query, 10)}
+
+
+@pytest.mark.parametrize("kind", ["hnsw", "hnsw_sq8"])
+def test_recent_exact_0_searches_the_graph_alone(kind: str) -> None:
+    """`hnsw.recentExact: 0` searches no newest vectors: the graph's miss stands, in a
+    partition written so and in one loaded so from a snapshot that kept them (the gate
+    measures the graph so)."""
+    from ragindex.config import DenseIndexSpec, HnswSpec
+
+    x, outlier, query = _clustered_with_an_outlier(seed=6)
+    spec = DenseIndexSpec(type=kind, train_min=1000)
+    ringed = HnswSpec(m=8, ef_construction=40, ef_search=16)
+    graph_alone = ringed.model_copy(update={"recent_exact": 0})
+    parts = {}
+    for hnsw in (ringed, graph_alone):
+        parts[hnsw] = part = TenantPartition(DIM, hnsw, 0, spec)
+        part.upsert([f"c{i}" for i in range(len(x))], x)
+        part.upsert(["new"], outlier)
+        assert ("new" in {h.chunk_id for h in part.search(query, 10)}) == (hnsw is ringed)
+    loaded = TenantPartition.from_files(*parts[ringed].to_files(), DIM, graph_alone, 0, spec)
+    assert "new" not in {h.chunk_id for h in loaded.search(query, 10)}
