@@ -1,10 +1,10 @@
 """`ragindex bench serve`: what the Serve layer costs over the in-process engine, and under load.
 
-One run, one corpus (synthetic text; passage vectors generated around the real embedder's
-vectors of `--anchors` real passages, `anchored_generator`, so that the HNSW graph is searched
-as on real embeddings; 2 shards), measured while the app serves, each pair interleaved query by
-query so both sides see the same background load on a noisy machine (ratios and differences
-from one run are the figures to trust):
+One run, one corpus (real passages as text, `RealText`; passage vectors generated around the
+real embedder's vectors of `--anchors` real passages, `anchored_generator`, so that the HNSW
+graph is searched as on real embeddings; 2 shards), measured while the app serves, each pair
+interleaved query by query so both sides see the same background load on a noisy machine
+(ratios and differences from one run are the figures to trust):
 - hybrid search p50/p99 through HTTP vs the same queries through the in-process engine (the
   Router's own query path, opened read-only in this process), their difference, and the HTTP
   searches' stages (embed, dense, lexical, fusion, fetch), the dense stage beside its floor

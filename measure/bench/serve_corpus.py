@@ -8,7 +8,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -17,10 +16,6 @@ from ragindex.measure.bench.scale_vectors import Generator
 from ragindex.protocols import Embedder, Vectors
 from ragindex.records import docs_records
 from ragindex.types import Document
-
-if TYPE_CHECKING:  # Ray is imported only when the benchmark runs
-    pass
-
 
 TENANT = "bench"
 
