@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -99,18 +100,23 @@ def cluster_spec() -> dict[str, Any]:
     return CLUSTER_SPEC
 
 
-def listening_on(port: int) -> set[str]:
-    """The names of the processes that listen on `port`. HAProxy reloads its configuration by
-    starting a new process that takes over the port, so a listener may exit while we look: it
-    is skipped."""
-    names = set()
-    for conn in psutil.net_connections("tcp"):
-        if conn.status == psutil.CONN_LISTEN and conn.laddr.port == port and conn.pid:
-            try:
-                names.add(psutil.Process(conn.pid).name())
-            except psutil.NoSuchProcess:
-                continue
-    return names
+def listening_on(port: int, timeout_s: float = 15.0) -> set[str]:
+    """The names of the processes that listen on `port`: the first non-empty answer within
+    `timeout_s`. HAProxy reloads its configuration by starting a new process that takes the
+    port over, so for a moment no live process may hold the listener (CI saw an empty set once);
+    a listener that exits while we look is skipped."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        names = set()
+        for conn in psutil.net_connections("tcp"):
+            if conn.status == psutil.CONN_LISTEN and conn.laddr.port == port and conn.pid:
+                try:
+                    names.add(psutil.Process(conn.pid).name())
+                except psutil.NoSuchProcess:
+                    continue
+        if names or time.monotonic() >= deadline:
+            return names
+        time.sleep(0.2)
 
 
 @pytest.fixture(scope="module")
