@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import random
+import shutil
 import threading
 import time
 from collections.abc import Sequence
@@ -37,12 +39,13 @@ from ragindex.config import DenseIndexSpec, HnswSpec
 from ragindex.filters import TermExpr, TermPostings
 from ragindex.protocols import Log, Vectors
 from ragindex.records import decode_chunk, split_chunk_key
-from ragindex.shards.fsio import write_durable
+from ragindex.shards.fsio import fsync_dir, write_durable
 from ragindex.shards.shard import MANIFEST, DenseShard, ShardImage
 from ragindex.shards.snapshot_log import SnapshotTopic
 from ragindex.types import Chunk, LogRecord, ModelIdentity, ScoredId
 
 SNAPSHOT_DIR = "snapshot"
+FETCH_DIR = "fetching"  # a published snapshot is assembled here, then moved into SNAPSHOT_DIR
 SCRATCH_DIR = "scratch"  # files an index type keeps on disk (unlinked: nothing to clean up)
 TEXTS = "texts.json"
 TEXTS_PIECE = 500  # chunks per JSON encoding call (`texts_json`)
@@ -133,13 +136,16 @@ class LogShardReplica:
         publish: bool = False,
         tombstone_retention_s: float | None = None,
         index: DenseIndexSpec | None = None,
+        snapshot_turn: threading.Lock | None = None,
     ) -> None:
         """`snapshots`: the shard's partition of `snapshots.<generation>`, loaded from when this
         replica has no snapshot of its own, and published to when `publish`.
         `tombstone_retention_s`: how long the log keeps a tombstone (None: for ever, as the
         file log does); a snapshot caught up longer ago than that is not loaded.
         `index`: `dense.index`, the type of the partitions that outgrow exact search (None:
-        hnsw, or the type a loaded snapshot records)."""
+        hnsw, or the type a loaded snapshot records).
+        `snapshot_turn`: a lock the replicas of one process share, so that they snapshot one at
+        a time (None: a lock of its own)."""
         self.log = log_
         self.topic = topic
         self.partition = shard
@@ -170,6 +176,11 @@ class LogShardReplica:
         # at most one at a time, accounted for on the applying thread once written.
         self._writer = ThreadPoolExecutor(1, thread_name_prefix=f"shard{shard}-snapshot")
         self._writing: tuple[_Snapshot, Future[bool]] | None = None
+        # Held from a snapshot's capture until it is written and published. The replicas of
+        # one process (the embedded Router holds every shard) share it and take turns: a
+        # snapshot holds a copy of its shard's index in memory (~1 GB at 500 k float32
+        # vectors), and replicas that catch up together would all take theirs at once.
+        self._snapshot_turn = snapshot_turn or threading.Lock()
 
     def _load_snapshot(
         self, hnsw: HnswSpec, exact_threshold: int, index: DenseIndexSpec | None
@@ -229,19 +240,24 @@ class LogShardReplica:
         return True
 
     def _fetch_published(self, snap: Path) -> None:
-        """Write the newest complete snapshot published to the log into `snap`, if any."""
+        """Move the newest complete snapshot published to the log into `snap`, if any."""
         assert self.snapshots is not None
-        found = self.snapshots.fetch()
-        if found is None:
-            log.info("shard %d: no snapshot published to the log; replaying from 0", self.partition)
-            return
-        strange = [n for n in found.files if "/" in n or n.startswith(".") or not n]
-        if strange:
-            log.warning("shard %d: published snapshot names %s; replaying", self.partition, strange)
-            return
-        snap.mkdir(parents=True, exist_ok=True)
-        for name, data in sorted(found.files.items(), key=lambda f: f[0] == MANIFEST):
-            write_durable(snap / name, data)  # the manifest last, as DenseShard.save does
+        spool = self.directory / FETCH_DIR
+        shutil.rmtree(spool, ignore_errors=True)  # a crash's leftovers
+        spool.mkdir(parents=True)
+        try:
+            found = self.snapshots.fetch(spool)
+            if found is None:
+                log.info(
+                    "shard %d: no snapshot published to the log; replaying from 0", self.partition
+                )
+                return
+            snap.mkdir(parents=True, exist_ok=True)
+            for name, path in sorted(found.files.items(), key=lambda f: f[0] == MANIFEST):
+                os.replace(path, snap / name)  # the manifest last, as DenseShard.save does
+            fsync_dir(snap)
+        finally:
+            shutil.rmtree(spool, ignore_errors=True)
         self._published = True
         log.info(
             "shard %d: loaded the snapshot published at chunk offset %d; replaying the rest",
@@ -278,9 +294,14 @@ class LogShardReplica:
         # a publisher with no snapshot in the log yet publishes one once caught up
         first_to_publish = self._may_publish and not self._published and self._since_publish > 0
         unsaved_s = 0.0 if self._unsaved_since is None else time.monotonic() - self._unsaved_since
-        if first_to_publish or snapshot_due(self._since_snapshot, unsaved_s, self._spread):
-            taken = self._capture()
-            self._writing = taken, self._writer.submit(self._write, taken)
+        due = first_to_publish or snapshot_due(self._since_snapshot, unsaved_s, self._spread)
+        if due and self._snapshot_turn.acquire(blocking=False):  # else at a later call
+            try:
+                taken = self._capture()
+                self._writing = taken, self._writer.submit(self._write_in_turn, taken)
+            except BaseException:
+                self._snapshot_turn.release()
+                raise
         return applied
 
     def _apply(self, records: list[LogRecord]) -> None:
@@ -328,9 +349,10 @@ class LogShardReplica:
         if self._writing is not None:
             self._writing[1].exception()  # wait; a failure is logged by the accounting
             self._account_written()
-        taken = self._capture()
-        if self._write(taken):  # on this thread: a failure raises to the caller
-            self._mark_published(taken.since_publish)
+        with self._snapshot_turn:
+            taken = self._capture()
+            if self._write(taken):  # on this thread: a failure raises to the caller
+                self._mark_published(taken.since_publish)
 
     @property
     def _may_publish(self) -> bool:
@@ -372,6 +394,13 @@ class LogShardReplica:
         taken.shard.write(snap)
         return taken.publish and self._publish_files(taken.offset)
 
+    def _write_in_turn(self, taken: _Snapshot) -> bool:
+        """`_write` on the snapshot thread, then give the process's snapshot turn back."""
+        try:
+            return self._write(taken)
+        finally:
+            self._snapshot_turn.release()
+
     def _account_written(self) -> None:
         """On the applying thread, once the snapshot being written is done: a published one
         resets what counts toward the next publication; a failed one is logged (the next is
@@ -398,7 +427,7 @@ class LogShardReplica:
         """The snapshot files on disk, which cover the log up to `offset`, into the log."""
         assert self.snapshots is not None
         snap = self.directory / SNAPSHOT_DIR
-        files = {p.name: p.read_bytes() for p in snap.iterdir() if not p.name.startswith(".")}
+        files = {p.name: p for p in snap.iterdir() if not p.name.startswith(".")}
         return self.snapshots.publish(files, offset)
 
     def _mark_published(self, records: int) -> None:

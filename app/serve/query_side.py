@@ -203,6 +203,7 @@ class LocalQuerySide:
         identity = self.embedder.identity
         shards = self.spec.dense.shards
         self.snapshot_logs = [open_snapshot_log(self.data_dir, log_, i) for i in range(shards)]
+        snapshot_turn = threading.Lock()  # one shard's snapshot in memory at a time
         replicas = [
             LogShardReplica(
                 log_,
@@ -223,6 +224,7 @@ class LocalQuerySide:
                 publish=self.publish,
                 tombstone_retention_s=tombstone_retention_s(self.spec),
                 index=self.spec.dense.index,
+                snapshot_turn=snapshot_turn,
             )
             for i in range(shards)
         ]

@@ -197,6 +197,45 @@ def test_a_periodic_snapshot_is_written_while_the_replica_applies(
     assert "wiki:0:0" not in again.get_chunks("a", ["wiki:0:0"])
 
 
+def test_replicas_sharing_a_turn_snapshot_one_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The embedded Router's replicas share one snapshot turn (a snapshot holds a copy of its
+    shard's index): while one writes (held, an injected slow disk), another that is due takes
+    none, and takes its own at a catch-up after."""
+    monkeypatch.setattr(log_replica, "SNAPSHOT_EVERY_S", 0.0)
+    release = threading.Event()
+    durable = log_replica.write_durable
+
+    def slow_write(path: Path, data: bytes) -> None:
+        assert release.wait(30), "the test never released the writer"
+        durable(path, data)
+
+    monkeypatch.setattr(log_replica, "write_durable", slow_write)
+    log = FileLog(tmp_path / "log")
+    log.ensure_topic(TOPIC, 1, compacted=True)
+    log.append(TOPIC, [chunk_record("a", n) for n in range(4)])
+    turn = threading.Lock()
+    first, second = (
+        LogShardReplica(
+            log, TOPIC, 0, tmp_path / node, IDENTITY, HnswSpec(), 1000, snapshot_turn=turn
+        )
+        for node in ("node1", "node2")
+    )
+    assert first.catch_up() == 4  # its snapshot is being written, held
+    assert second.catch_up() == 4
+    assert second._writing is None  # due, but not its turn
+    release.set()
+    manifest = tmp_path / "node2" / "snapshot" / "manifest.json"
+    for _ in range(300):  # bounded: the first writer finishes within moments once released
+        second.catch_up()
+        if manifest.exists():
+            break
+        time.sleep(0.01)
+    assert json.loads(manifest.read_text())["wal_offset"] == 4
+    assert (tmp_path / "node1" / "snapshot" / "manifest.json").exists()
+
+
 def test_texts_are_encoded_in_pieces_as_one_json_document() -> None:
     texts: dict[str, list[dict[str, object]]] = {
         "a": [vars(chunk("a", n)) for n in range(1201)],  # pieces of 500, 500 and 201

@@ -4,6 +4,8 @@ on a real Kafka broker."""
 
 from __future__ import annotations
 
+import json
+import tracemalloc
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,12 +18,13 @@ from ragindex.log import FileLog, KafkaLog
 from ragindex.measure.servers import KafkaServer
 from ragindex.protocols import Log
 from ragindex.records import chunk_key, encode_chunk
-from ragindex.shards import LogShardReplica, SnapshotTopic
+from ragindex.shards import LogShardReplica, SnapshotTopic, snapshot_log
 from ragindex.shards.log_replica import publish_due
-from ragindex.shards.snapshot_log import newest_complete, snapshot_records
+from ragindex.shards.snapshot_log import SnapshotSpool, snapshot_records
 from ragindex.types import Chunk, LogRecord, ModelIdentity
 
 DIM = 8
+Record = tuple[bytes, bytes]
 IDENTITY = ModelIdentity("test-model", "0" * 64, DIM, True)
 OTHER = ModelIdentity("other-model", "1" * 64, DIM, True)
 CHUNKS = 1500  # above the exact threshold: the published partition is an HNSW graph
@@ -197,8 +200,8 @@ def test_a_partial_or_corrupt_snapshot_is_passed_over_and_replay_answers_the_sam
     publisher = plane.replica("maker")  # publishes nothing itself
     publisher.catch_up()
     publisher.snapshot()
-    files = {p.name: p.read_bytes() for p in (publisher.directory / "snapshot").iterdir()}
-    records = snapshot_records("bad", files, IDENTITY, plane.chunks, publisher.offset)
+    files = {p.name: p for p in (publisher.directory / "snapshot").iterdir()}
+    records = list(snapshot_records("bad", files, IDENTITY, plane.chunks, publisher.offset))
     key, value = records[0]
     corrupt = [(key, bytes([value[0] ^ 0xFF]) + value[1:]), *records[1:]]
     log.ensure_topic(plane.snapshots, 1, compacted=False)
@@ -206,28 +209,79 @@ def test_a_partial_or_corrupt_snapshot_is_passed_over_and_replay_answers_the_sam
     fresh = plane.replica("node2")
     assert fresh.offset == 0  # the corrupt snapshot was not loaded
     assert fresh.catch_up() == CHUNKS
-    partial = snapshot_records("partial", files, IDENTITY, plane.chunks, publisher.offset)
+    partial = list(snapshot_records("partial", files, IDENTITY, plane.chunks, publisher.offset))
     log.append(plane.snapshots, [(0, k, v) for k, v in partial[1:]])  # its first part lost
     again = plane.replica("node3")
     assert again.offset == 0 and again.catch_up() == CHUNKS
     assert answers(fresh) == answers(again) == answers(publisher)
 
 
-def test_the_newest_complete_snapshot_wins_and_the_reasons_name_the_rest() -> None:
-    files = {"manifest.json": b"{}", "g1-a.faiss": bytes(range(256)) * 3}
-    old = snapshot_records("old", files, IDENTITY, "c", 10, part_bytes=100)
-    new = snapshot_records("new", files, IDENTITY, "c", 20, part_bytes=100)
-    foreign = snapshot_records("foreign", files, OTHER, "c", 30, part_bytes=100)
-    assert len(old) == 1 + 8 + 1  # the manifest file, 768 bytes in parts of 100, the manifest
+def test_the_newest_complete_snapshot_wins_and_the_reasons_name_the_rest(tmp_path: Path) -> None:
+    contents = {"manifest.json": b"{}", "g1-a.faiss": bytes(range(256)) * 3, "empty.json": b""}
+    (tmp_path / "files").mkdir()
+    files = {name: tmp_path / "files" / name for name in contents}
+    for name, data in contents.items():
+        files[name].write_bytes(data)
+
+    def records_of(snapshot_id: str, identity: ModelIdentity, offset: int) -> list[Record]:
+        return list(snapshot_records(snapshot_id, files, identity, "c", offset, part_bytes=100))
+
+    old, new = records_of("old", IDENTITY, 10), records_of("new", IDENTITY, 20)
+    foreign = records_of("foreign", OTHER, 30)
+    # the empty file is one empty part, the manifest file one, 768 bytes 8 parts, the manifest
+    assert len(old) == 1 + 1 + 8 + 1
     broken = new[:3] + new[4:]
-    records = [LogRecord(0, n, k, v) for n, (k, v) in enumerate(old + broken + foreign)]
-    found, reasons = newest_complete(records, IDENTITY, "c")
-    assert found is not None and found.offset == 10 and found.files == files
-    assert reasons == [
-        "snapshot foreign: another embedding model identity made it",
-        "snapshot new: 1 part(s) of g1-a.faiss are missing",
-    ]
-    assert newest_complete(records, IDENTITY, "other-topic")[0] is None
+    strange = records_of("strange", IDENTITY, 40)
+    manifest = json.loads(strange[-1][1])
+    manifest["files"][0]["name"] = "../escape.json"
+    strange[-1] = (strange[-1][0], json.dumps(manifest).encode())
+    records = [LogRecord(0, n, k, v) for n, (k, v) in enumerate(old + broken + foreign + strange)]
+    (tmp_path / "spool").mkdir()
+    with SnapshotSpool(tmp_path / "spool") as spool:
+        spool.add(records)
+        found, reasons = spool.newest_complete(IDENTITY, "c")
+        assert found is not None and found.offset == 10
+        assert {name: path.read_bytes() for name, path in found.files.items()} == contents
+        assert reasons == [
+            "snapshot strange: it names files outside its directory: ['../escape.json']",
+            "snapshot foreign: another embedding model identity made it",
+            "snapshot new: 1 part(s) of g1-a.faiss are missing",
+        ]
+        assert spool.newest_complete(IDENTITY, "other-topic")[0] is None
+    assert not (tmp_path / "escape.json").exists()
+
+
+def test_a_snapshot_is_published_in_many_appends_and_a_reader_passes_over_an_unfinished_one(
+    log: Log, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A snapshot larger than one append goes into the log in several (one Kafka transaction
+    each); a replica that starts while the next one is being appended loads the one before."""
+    monkeypatch.setattr(snapshot_log, "APPEND_PARTS", 1)
+    plane = Plane(log, tmp_path)
+    log.append(plane.chunks, upserts("a", range(CHUNKS)))
+    publisher = plane.replica("publisher")
+    publisher.catch_up()
+    appends: list[int] = []
+    append = log.append
+    monkeypatch.setattr(
+        log, "append", lambda topic, records: appends.append(len(records)) or append(topic, records)
+    )
+    publisher.snapshot()
+    assert len(appends) > 3 and set(appends) == {1}  # every part and the manifest on its own
+    monkeypatch.undo()
+    first = publisher.offset
+    log.append(plane.chunks, upserts("a", range(CHUNKS, CHUNKS + 5)))
+    publisher.catch_up()
+    publisher.snapshot()
+    files = {p.name: p for p in (publisher.directory / "snapshot").iterdir()}
+    unfinished = list(snapshot_records("next", files, IDENTITY, plane.chunks, publisher.offset))
+    log.append(plane.snapshots, [(0, k, v) for k, v in unfinished[:-1]])  # no manifest yet
+    assert not plane.topic().ends_with_manifest()
+    fresh = plane.replica("node2")
+    assert fresh.offset == first  # the complete one
+    assert fresh.catch_up() == 5
+    assert answers(fresh) == answers(publisher)
+    assert not (fresh.directory / "fetching").exists()
 
 
 def test_publishing_is_rare_once_the_log_holds_a_snapshot() -> None:
@@ -235,3 +289,31 @@ def test_publishing_is_rare_once_the_log_holds_a_snapshot() -> None:
     assert not publish_due(0, 1e9, published=False)
     assert not publish_due(19_999, 599.0, published=True)
     assert publish_due(20_000, 0.0, published=True) and publish_due(1, 600.0, published=True)
+
+
+def test_publishing_and_fetching_hold_a_small_part_of_a_snapshot_in_memory(
+    tmp_path: Path,
+) -> None:
+    """A snapshot is about its shard's index in size (~1 GB at 500 k vectors): the publisher
+    streams it from disk and the reader spools it to disk, neither holding it whole."""
+    (tmp_path / "files").mkdir()
+    big = tmp_path / "files" / "g1-a.faiss"
+    with open(big, "wb") as f:
+        for _ in range(8):
+            f.write(np.random.default_rng(0).bytes(16 << 20))
+    (tmp_path / "files" / "manifest.json").write_bytes(b"{}")
+    topic = SnapshotTopic(FileLog(tmp_path / "log"), "snapshots.g1", 0, 1, "chunks.g1", IDENTITY)
+    half = big.stat().st_size // 2
+    tracemalloc.start()
+    try:
+        assert topic.publish({p.name: p for p in (tmp_path / "files").iterdir()}, 7)
+        published_peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.reset_peak()
+        (tmp_path / "spool").mkdir()
+        found = topic.fetch(tmp_path / "spool")
+        fetched_peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert published_peak < half and fetched_peak < half
+    assert found is not None and found.offset == 7
+    assert found.files["g1-a.faiss"].read_bytes() == big.read_bytes()
