@@ -115,6 +115,7 @@ class Plan:
     nodes: int
     snapshot_gib_per_shard: float
     refine_disk_gib_per_replica: float  # float32 refine vectors on local disk (storage "disk")
+    local_disk_gib_per_replica: float  # the spec's storageSize: snapshots and refine vectors
     bootstrap_s: float
     apply_batch_s: float
     ingest_cpu_core_hours: float
@@ -125,6 +126,10 @@ class Plan:
     dense_spec: dict[str, Any]
 
 
+# A replica's scratch holds its own snapshot, and while a fresh replica bootstraps, the parts
+# it read from the log (up to two snapshots: one may be being published) and the files it
+# assembles from them (`snapshot_log.SnapshotSpool`).
+SNAPSHOTS_ON_LOCAL_DISK = 3
 # FAISS's guideline for nlist is sqrt(N) to 16 sqrt(N) centroids for N vectors; the scale
 # benchmark's recall at nlist 1,024 fell from 100 k to 300 k vectors per shard, so nlist
 # follows the shard's size instead of staying at the default.
@@ -288,6 +293,9 @@ def make_plan(request: PlanInput, constants: dict[str, Any]) -> Plan:
         nodes=nodes,
         snapshot_gib_per_shard=round(snapshot / GIB, 2),
         refine_disk_gib_per_replica=round(per_shard * refine_disk_bpv / GIB, 2),
+        local_disk_gib_per_replica=round(
+            (per_shard * refine_disk_bpv + SNAPSHOTS_ON_LOCAL_DISK * snapshot) / GIB, 2
+        ),
         bootstrap_s=round(snapshot / measured["bootstrap_bytes_per_s"], 1),
         apply_batch_s=round(apply_batch_s, 2),
         ingest_cpu_core_hours=round(request.chunks / rate["cpu_core"] / 3600, 1),
@@ -316,13 +324,13 @@ def plan_lines(request: PlanInput, plan: Plan, constants: dict[str, Any]) -> lis
         f" (budget {plan.dense_budget_ms} ms)",
         f"nodes                 {plan.nodes} ({request.node_cores} cores,"
         f" {request.node_memory_gib:g} GiB each)",
-        *(
-            [
-                f"local disk/replica    {plan.refine_disk_gib_per_replica} GiB of refine vectors"
-                " (mapped: the page cache holds what searches touch)"
-            ]
+        f"local disk/replica    {plan.local_disk_gib_per_replica} GiB (storageSize):"
+        f" {SNAPSHOTS_ON_LOCAL_DISK} x the snapshot while a fresh replica fetches one"
+        + (
+            f", and {plan.refine_disk_gib_per_replica} GiB of refine vectors (mapped: the page"
+            " cache holds what searches touch)"
             if plan.refine_disk_gib_per_replica
-            else []
+            else ""
         ),
         f"snapshot per shard    {plan.snapshot_gib_per_shard} GiB;"
         f" bootstrap of a replica ~{plan.bootstrap_s} s",

@@ -223,6 +223,13 @@ def test_refine_vectors_on_disk_are_planned_as_disk_not_memory() -> None:
         on_disk.vectors_per_shard * 4 * 384 / GIB, abs=0.01
     )
     assert held.refine_disk_gib_per_replica == 0
+    # the scratch a replica needs: its refine vectors and three snapshots during a bootstrap
+    assert on_disk.local_disk_gib_per_replica == pytest.approx(
+        on_disk.refine_disk_gib_per_replica + 3 * on_disk.snapshot_gib_per_shard, abs=0.02
+    )
+    assert held.local_disk_gib_per_replica == pytest.approx(
+        3 * held.snapshot_gib_per_shard, abs=0.02
+    )
     index = on_disk.dense_spec["index"]
     assert index["refine"] == {"storage": "disk", "kFactor": 16}
     assert index["ivf"] == {"nlist": ivf_nlist_for(on_disk.vectors_per_shard), "nprobe": 64}
