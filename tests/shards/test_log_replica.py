@@ -155,11 +155,9 @@ def test_snapshot_bounds_are_spread_per_replica() -> None:
     assert snapshot_due(int(SNAPSHOT_EVERY_RECORDS * 0.8), 0.0, 0.8)
 
 
-def test_a_periodic_snapshot_is_written_while_the_replica_applies(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The writer is held (an injected slow disk): the replica keeps applying and serving, and
-    the snapshot holds exactly the state at the offset it was taken at."""
+def hold_snapshot_writes(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """Snapshots due at every catch-up, their writes held (an injected slow disk) until the
+    returned event is set."""
     monkeypatch.setattr(log_replica, "SNAPSHOT_EVERY_S", 0.0)
     release = threading.Event()
     durable = log_replica.write_durable
@@ -169,6 +167,15 @@ def test_a_periodic_snapshot_is_written_while_the_replica_applies(
         durable(path, data)
 
     monkeypatch.setattr(log_replica, "write_durable", slow_write)
+    return release
+
+
+def test_a_periodic_snapshot_is_written_while_the_replica_applies(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The writer is held (an injected slow disk): the replica keeps applying and serving, and
+    the snapshot holds exactly the state at the offset it was taken at."""
+    release = hold_snapshot_writes(monkeypatch)
     log = FileLog(tmp_path / "log")
     log.ensure_topic(TOPIC, 1, compacted=True)
 
@@ -203,15 +210,7 @@ def test_replicas_sharing_a_turn_snapshot_one_at_a_time(
     """The embedded Router's replicas share one snapshot turn (a snapshot holds a copy of its
     shard's index): while one writes (held, an injected slow disk), another that is due takes
     none, and takes its own at a catch-up after."""
-    monkeypatch.setattr(log_replica, "SNAPSHOT_EVERY_S", 0.0)
-    release = threading.Event()
-    durable = log_replica.write_durable
-
-    def slow_write(path: Path, data: bytes) -> None:
-        assert release.wait(30), "the test never released the writer"
-        durable(path, data)
-
-    monkeypatch.setattr(log_replica, "write_durable", slow_write)
+    release = hold_snapshot_writes(monkeypatch)
     log = FileLog(tmp_path / "log")
     log.ensure_topic(TOPIC, 1, compacted=True)
     log.append(TOPIC, [chunk_record("a", n) for n in range(4)])
