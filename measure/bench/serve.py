@@ -362,7 +362,7 @@ def _run(
             with timed_phase("snapshot_published_s", phases):
                 wait_snapshots_published(data_dir, spec, real.identity, ready_deadline_s(chunks))
             # at rest once the first snapshots are out: the Router writes and publishes them
-            # as it becomes ready, holding them in memory meanwhile (at 1 M, 2.6x its rest)
+            # as it becomes ready, holding a copy of each shard's index meanwhile
             report["runtime_memory_at_rest"] = served_memory(memory.exclude)
             with timed_phase("bootstrap_s", phases):
                 if not side.try_open():  # a new replica: published snapshots, then the tail
