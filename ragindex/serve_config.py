@@ -36,6 +36,12 @@ GENERATOR_API_KEY_ENV = "RAGINDEX_GENERATOR_API_KEY"
 # each serving HTTP itself on a port of its own (direct ingress), where Serve's Python proxy
 # would parse each request and pass it on through one more handle call.
 HAPROXY_INGRESS_ENV = {"RAY_SERVE_ENABLE_HA_PROXY": "1", "RAY_SERVE_ENABLE_DIRECT_INGRESS": "1"}
+# Set on the replicas of the query path (Router, Lexical, Shard<i>), whose methods hand
+# every blocking step to threads of their own: their user code runs on the replica's main loop,
+# which receives the request, instead of on a second loop in another thread (one thread
+# crossing less per request at each end of a hop). Model pools and Ingest block their loop
+# while a batch runs, so they keep Serve's default. (Ray Serve 2.60 reads it at start-up.)
+MAIN_LOOP_ENV = {"RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0"}
 
 ROUTER = "Router"
 INGEST = "Ingest"
@@ -68,15 +74,20 @@ def _deployment(
     autoscaling: AutoscalingSpec | None = None,
     max_ongoing_requests: int = 32,
     access_log: bool = True,
+    main_loop: bool = False,
 ) -> dict[str, Any]:
     """`access_log=False` for the Router's internal calls (a shard, the BM25 view, a model
     pool): a log line per call, several per search, that the Router's own line already
-    covers (and whose formatting and write each call pays for)."""
+    covers (and whose formatting and write each call pays for). `main_loop`: the replicas run
+    their user code on Serve's main loop (MAIN_LOOP_ENV)."""
+    actor_options: dict[str, Any] = {"num_cpus": cpus, "num_gpus": gpus}
+    if main_loop:
+        actor_options["runtime_env"] = {"env_vars": dict(MAIN_LOOP_ENV)}
     deployment: dict[str, Any] = {
         "name": name,
         "max_ongoing_requests": max_ongoing_requests,
         "graceful_shutdown_timeout_s": 5,
-        "ray_actor_options": {"num_cpus": cpus, "num_gpus": gpus},
+        "ray_actor_options": actor_options,
     }
     if not access_log:
         deployment["logging_config"] = {"enable_access_log": False}
@@ -115,7 +126,13 @@ def deployment_layout(spec: RagIndexSpec, runtime: Runtime) -> list[dict[str, An
         # One machine: fractional CPUs so every replica fits on 2 cores; fixed replica counts,
         # because autoscaling more replicas onto 2 cores only makes them slower.
         return [
-            _deployment(ROUTER, cpus=0.5, replicas=spec.dense.replicas, max_ongoing_requests=64),
+            _deployment(
+                ROUTER,
+                cpus=0.5,
+                replicas=spec.dense.replicas,
+                max_ongoing_requests=64,
+                main_loop=True,
+            ),
             _deployment(INGEST, cpus=0.5, replicas=1, max_ongoing_requests=8),
         ]
     query_scaling = spec.scaling.query
@@ -131,17 +148,30 @@ def deployment_layout(spec: RagIndexSpec, runtime: Runtime) -> list[dict[str, An
             access_log=False,
         )
 
-    layout = [_deployment(ROUTER, cpus=1, autoscaling=query_scaling, max_ongoing_requests=64)]
+    layout = [
+        _deployment(
+            ROUTER, cpus=1, autoscaling=query_scaling, max_ongoing_requests=64, main_loop=True
+        )
+    ]
     if query_pool(spec):
         layout.append(model_pool(QUERY_EMBEDDER, spec.embedder.gpus))
     layout.append(
         _deployment(
-            LEXICAL, cpus=1, autoscaling=query_scaling, max_ongoing_requests=64, access_log=False
+            LEXICAL,
+            cpus=1,
+            autoscaling=query_scaling,
+            max_ongoing_requests=64,
+            access_log=False,
+            main_loop=True,
         )
     )
     layout += [
         _deployment(
-            shard_deployment_name(i), cpus=1, replicas=spec.dense.replicas, access_log=False
+            shard_deployment_name(i),
+            cpus=1,
+            replicas=spec.dense.replicas,
+            access_log=False,
+            main_loop=True,
         )
         for i in range(spec.dense.shards)
     ]

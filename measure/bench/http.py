@@ -49,9 +49,10 @@ READY_POLL_S = 10.0
 QUERIES = 150
 WARMUP = 20
 # One option changed per variant (Ray Serve 2.60 reads them from the environment of its
-# processes); `ragindex serve` runs Serve's defaults until one wins here.
+# processes); `ragindex serve` runs Serve's defaults until one wins here. (The Router's user
+# code on the replica's main loop won, and is set in the Router's own runtime_env, where a
+# process-wide variable cannot undo it: serve_config.MAIN_LOOP_ENV.)
 VARIANTS: dict[str, dict[str, str]] = {
-    "user code on the replica's main loop": {"RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0"},
     "handle router on the main loop": {"RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP": "0"},
     "access log buffered, not to stderr": {
         "RAY_SERVE_REQUEST_PATH_LOG_BUFFER_SIZE": "1000",

@@ -8,6 +8,7 @@ from ragindex.serve_config import (
     INGEST,
     INGEST_EMBEDDER,
     LEXICAL,
+    MAIN_LOOP_ENV,
     QUERY_EMBEDDER,
     RERANKER,
     ROUTER,
@@ -75,6 +76,14 @@ def test_cluster_layout_has_one_deployment_per_shard_and_separate_scaling():
     quiet = {"enable_access_log": False}
     assert all(by_name[n].get("logging_config") == quiet for n in ("Shard0", LEXICAL, RERANKER))
     assert "logging_config" not in by_name[ROUTER]
+    # the query path's hops run their code on Serve's main loop; the pools and Ingest, which
+    # block their loop while a batch runs, keep Serve's own thread for it
+    on_main_loop = {
+        n
+        for n, d in by_name.items()
+        if d["ray_actor_options"].get("runtime_env") == {"env_vars": MAIN_LOOP_ENV}
+    }
+    assert on_main_loop == {ROUTER, LEXICAL, "Shard0", "Shard1", "Shard2"}
     assert app["args"]["spec"]["dense"]["shards"] == 3
 
 
@@ -107,6 +116,9 @@ def test_local_layout_colocates_the_query_path_on_fractional_cpus():
     ][0]
     names = [d["name"] for d in app["deployments"]]
     assert names == [ROUTER, INGEST]
+    router, ingest = app["deployments"]
+    assert router["ray_actor_options"]["runtime_env"] == {"env_vars": MAIN_LOOP_ENV}
+    assert "runtime_env" not in ingest["ray_actor_options"]
     assert sum(d["ray_actor_options"]["num_cpus"] for d in app["deployments"]) <= 2
 
 
