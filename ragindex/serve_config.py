@@ -153,19 +153,12 @@ def deployment_layout(spec: RagIndexSpec, runtime: Runtime) -> list[dict[str, An
         layout.append(model_pool(QUERY_EMBEDDER, spec.embedder.gpus))
     layout.append(
         _deployment(
-            LEXICAL,
-            cpus=1,
-            autoscaling=query_scaling,
-            max_ongoing_requests=64,
-            access_log=False,
+            LEXICAL, cpus=1, autoscaling=query_scaling, max_ongoing_requests=64, access_log=False
         )
     )
     layout += [
         _deployment(
-            shard_deployment_name(i),
-            cpus=1,
-            replicas=spec.dense.replicas,
-            access_log=False,
+            shard_deployment_name(i), cpus=1, replicas=spec.dense.replicas, access_log=False
         )
         for i in range(spec.dense.shards)
     ]
