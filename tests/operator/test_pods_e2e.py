@@ -230,6 +230,23 @@ class Node:
         print(f"(the cluster's whole state: {FAILURE})")
         return text
 
+    def serve_logs(self, generation: str, deployment: str, tail: int = 60) -> str:
+        """The last lines of each of `deployment`'s Serve replica logs in `generation`'s pods."""
+        parts = []
+        pods = self.kubectl(
+            "-n", NAMESPACE, "get", "pods", "-o", "name",
+            "-l", f"ragindex.dev/generation={generation}", check=False,
+        ).stdout.split()  # fmt: skip
+        for pod in pods:
+            logs = self.kubectl(
+                "-n", NAMESPACE, "exec", pod, "--", "sh", "-c",
+                f"for f in /tmp/ray/session_latest/logs/serve/replica_*{deployment}*.log; do"
+                f' [ -f "$f" ] && echo "== $f" && tail -n {tail} "$f"; done',
+                check=False,
+            )  # fmt: skip
+            parts.append(f"--- {pod}\n{logs.stdout[-6000:]}{logs.stderr[-500:]}")
+        return "\n".join(parts)
+
     def ragindex(self) -> dict[str, Any]:
         out = self.kubectl("-n", NAMESPACE, "get", "ragindex", INDEX, "-o", "json").stdout
         return dict(json.loads(out))
@@ -441,6 +458,26 @@ def test_ragindex_on_real_pods(
     while missing and time.monotonic() < deadline:
         time.sleep(5)
         missing = missing_writes()
+    if missing:
+        # Where the writes are (a document read goes to the shards, a lexical search to
+        # Lexical), what the Router says is behind, and the views' own logs.
+        with httpx.Client(
+            base_url=base, timeout=60.0, headers={"Authorization": f"Bearer {alpha}"}
+        ) as client:
+            reads = [client.get(f"/v1/documents/load/w{i}") for i in missing[:3]]
+            ready = client.get("/readyz")
+        serving = promotions[-1]["generation"]
+        lost = "\n".join(
+            [
+                f"GET w{i}: {r.status_code} {r.text[:300]}"
+                for i, r in zip(missing[:3], reads, strict=True)
+            ]
+            + [f"/readyz: {ready.status_code} {ready.text[:500]}"]
+            + [node.serve_logs(serving, d) for d in ("Lexical", "Router")]
+        )
+        print(lost)
+        FAILURE.parent.mkdir(parents=True, exist_ok=True)
+        FAILURE.write_text(f"{lost}\n{node.diagnose()}")
     report["generation_change"] = {
         "promotions": promotions,
         "searches": load.searches,
