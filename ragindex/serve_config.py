@@ -36,11 +36,11 @@ GENERATOR_API_KEY_ENV = "RAGINDEX_GENERATOR_API_KEY"
 # each serving HTTP itself on a port of its own (direct ingress), where Serve's Python proxy
 # would parse each request and pass it on through one more handle call.
 HAPROXY_INGRESS_ENV = {"RAY_SERVE_ENABLE_HA_PROXY": "1", "RAY_SERVE_ENABLE_DIRECT_INGRESS": "1"}
-# Set on the embedded Router's replicas, whose methods hand every blocking step to threads of
-# their own: their user code runs on the replica's main loop, which receives the request,
-# instead of on a second loop in another thread (one thread crossing less per request).
-# Ingest blocks its loop while a batch runs, so it keeps Serve's default. (Ray Serve 2.60
-# reads it at start-up.)
+# Set on the replicas of the query path (Router, Lexical, Shard<i>), whose methods hand
+# every blocking step to threads of their own: their user code runs on the replica's main loop,
+# which receives the request, instead of on a second loop in another thread (one thread
+# crossing less per request at each end of a hop). Model pools and Ingest block their loop
+# while a batch runs, so they keep Serve's default. (Ray Serve 2.60 reads it at start-up.)
 MAIN_LOOP_ENV = {"RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0"}
 
 ROUTER = "Router"
@@ -148,17 +148,30 @@ def deployment_layout(spec: RagIndexSpec, runtime: Runtime) -> list[dict[str, An
             access_log=False,
         )
 
-    layout = [_deployment(ROUTER, cpus=1, autoscaling=query_scaling, max_ongoing_requests=64)]
+    layout = [
+        _deployment(
+            ROUTER, cpus=1, autoscaling=query_scaling, max_ongoing_requests=64, main_loop=True
+        )
+    ]
     if query_pool(spec):
         layout.append(model_pool(QUERY_EMBEDDER, spec.embedder.gpus))
     layout.append(
         _deployment(
-            LEXICAL, cpus=1, autoscaling=query_scaling, max_ongoing_requests=64, access_log=False
+            LEXICAL,
+            cpus=1,
+            autoscaling=query_scaling,
+            max_ongoing_requests=64,
+            access_log=False,
+            main_loop=True,
         )
     )
     layout += [
         _deployment(
-            shard_deployment_name(i), cpus=1, replicas=spec.dense.replicas, access_log=False
+            shard_deployment_name(i),
+            cpus=1,
+            replicas=spec.dense.replicas,
+            access_log=False,
+            main_loop=True,
         )
         for i in range(spec.dense.shards)
     ]

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import grpc
 from ray.exceptions import RayActorError
 from ray.serve.handle import DeploymentResponse
 
@@ -33,6 +34,8 @@ def fault_of(error: BaseException) -> Fault:
         return Fault.SLOW
     if isinstance(error, RayActorError):  # died, or its node is gone or unreachable
         return Fault.GONE
+    if isinstance(error, grpc.RpcError):  # a call over gRPC lost on the way (Serve raises
+        return Fault.GONE  # ActorUnavailableError, a RayActorError, for UNAVAILABLE only)
     if isinstance(error, BackendUnavailable):  # e.g. a new replica still opening its view
         return Fault.OPENING
     return Fault.REFUSED

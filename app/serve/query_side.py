@@ -496,6 +496,14 @@ class RemoteLexical:
         return None
 
 
+def over_grpc(handle: DeploymentHandle) -> DeploymentHandle:
+    """`handle` sending its calls over Serve's inter-deployment gRPC (`_by_reference=False`)
+    instead of as Ray actor tasks: the call lands on the replica's main loop, where the query
+    path's replicas run their code (serve_config.MAIN_LOOP_ENV), and the answer comes back in
+    the reply, not through Ray's object store."""
+    return handle.options(_by_reference=False)
+
+
 class ClusterQuerySide:
     """A cluster Router's query path: the same QueryEngine over remote legs."""
 
@@ -509,9 +517,9 @@ class ClusterQuerySide:
     ) -> None:
         self.spec = spec
         self.generation = index_generation(spec)
-        self.shards = shards
-        self.dense = RemoteDenseIndex(shards, embedder.identity)
-        self.lexical = RemoteLexical(lexical)
+        self.shards = [over_grpc(shard) for shard in shards]
+        self.dense = RemoteDenseIndex(self.shards, embedder.identity)
+        self.lexical = RemoteLexical(over_grpc(lexical))
         self.answers: AnswerService | None = None
         self.running = RunningReplicasCache(RUNNING_MAX_AGE_S)
         self.embedder = with_query_cache(embedder, spec.embedder.query_cache_size)

@@ -76,8 +76,14 @@ def test_cluster_layout_has_one_deployment_per_shard_and_separate_scaling():
     quiet = {"enable_access_log": False}
     assert all(by_name[n].get("logging_config") == quiet for n in ("Shard0", LEXICAL, RERANKER))
     assert "logging_config" not in by_name[ROUTER]
-    # only the embedded Router runs its code on Serve's main loop
-    assert all("runtime_env" not in d["ray_actor_options"] for d in by_name.values())
+    # the query path's hops run their code on Serve's main loop; the pools and Ingest, which
+    # block their loop while a batch runs, keep Serve's own thread for it
+    on_main_loop = {
+        n
+        for n, d in by_name.items()
+        if d["ray_actor_options"].get("runtime_env") == {"env_vars": MAIN_LOOP_ENV}
+    }
+    assert on_main_loop == {ROUTER, LEXICAL, "Shard0", "Shard1", "Shard2"}
     assert app["args"]["spec"]["dense"]["shards"] == 3
 
 
