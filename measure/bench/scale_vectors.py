@@ -7,13 +7,13 @@ an embedding they vary along the few directions that lead to its neighbours. So 
 vector is a real anchor (`anchors.real_vectors`) plus noise that is mostly local: a Gaussian
 combination of the unit directions from the anchor to its NEIGHBOURS nearest real anchors,
 with an ISOTROPIC share of its variance spread over every direction (so no two are equal),
-normalised. The noise scale is
-`sigma` times a log-normal factor of width `spread` drawn per vector (real passages sit in
-dense and sparse regions alike). Calibrated on a real set: for each `spread` of a small grid,
-`sigma` by bisection so that as many generated vectors have the real set's median
-nearest-neighbour distance; the pair whose distances are nearest the real ones in KS distance
-is kept. (Moving anchors part of the way towards a neighbour instead matched the distances but
-packed the vectors into the real clusters: IVF found their neighbours too easily.)
+normalised. The noise scale is `sigma` times a log-normal factor of width `spread` drawn per
+vector (real passages sit in dense and sparse regions alike). Calibrated on a real set: for
+each `spread` of a small grid, `sigma` by bisection so that as many generated vectors have the
+real set's median nearest-neighbour distance; the pair whose distances are nearest the real
+ones in KS distance is kept. (Moving anchors part of the way towards a neighbour instead
+matched the distances but packed the vectors into the real clusters: IVF found their
+neighbours too easily.)
 
 Real sets also hold exact duplicates (boilerplate paragraphs: NN distance 0); the generator
 makes none, so its lowest NN-distance quantile sits above the real one's.
