@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import faiss
@@ -60,6 +61,16 @@ class Generator:
     sigma: float
     spread: float = 0.0
 
+    @cached_property
+    def neighbour_lengths(self) -> np.ndarray:
+        """|b_j - a| for each anchor a and neighbour b_j (floored: duplicate anchors), once
+        per generator rather than once per generated vector."""
+        lengths = [
+            np.linalg.norm(self.anchors[self.neighbours[:, j]] - self.anchors, axis=1)
+            for j in range(self.neighbours.shape[1])
+        ]
+        return np.maximum(np.stack(lengths, axis=1), 1e-6).astype(np.float32)
+
     def generate(self, count: int, seed: int) -> Vectors:
         """`count` unit vectors (deterministic in `seed`), in blocks to bound memory."""
         if count < 1:
@@ -74,11 +85,11 @@ class Generator:
             # sum_j w_j (b_j - a) / |b_j - a| over the anchor's neighbours b_j, w_j ~ N(0, 1/k)
             k = self.neighbours.shape[1]
             weights = rng.standard_normal((n, k), dtype=np.float32) / np.float32(math.sqrt(k))
+            lengths = self.neighbour_lengths[base]
             local = np.zeros((n, dim), dtype=np.float32)
             for j in range(k):
                 offset = self.anchors[self.neighbours[base, j]] - a
-                length = np.linalg.norm(offset, axis=1, keepdims=True)
-                local += weights[:, j : j + 1] * offset / np.maximum(length, 1e-6)
+                local += (weights[:, j] / lengths[:, j])[:, None] * offset
             everywhere = rng.standard_normal((n, dim), dtype=np.float32) / np.float32(
                 math.sqrt(dim)
             )
