@@ -30,6 +30,17 @@ pytestmark = pytest.mark.slow
 STAGES = {"embed", "dense", "lexical", "fusion", "fetch"}
 
 
+def without_latency_ratios(baseline: Path) -> dict[str, Any]:
+    """The written baseline with its stage ratios dropped, so a rerun right after it is gated on
+    quality alone: one repeat's sub-millisecond ratio can double between two runs seconds apart
+    on the shared box (CI saw fetch 0.40 -> 0.84), and the latency gate is tested in this file with
+    injected sleeps."""
+    written = json.loads(baseline.read_text())
+    written["latency_ratios"] = {}
+    baseline.write_text(json.dumps(written))
+    return written
+
+
 def test_baseline_has_every_leg_and_stage(slice_baseline: dict[str, Any]) -> None:
     quality = slice_baseline["quality"]
     assert set(quality) == {"bm25", "dense", "hybrid", "dense_hnsw"}
@@ -171,6 +182,7 @@ def test_cli_exit_codes(
     assert written["quality"] == slice_baseline["quality"]
     assert written["settings"]["collection"] == slice_collection.name
     assert written["collections"] == {}  # every other name resolves to the slice itself here
+    written = without_latency_ratios(baseline)
     assert main(["gate", *common]) == 0
     assert "gate passed" in capsys.readouterr().out
     written["quality"]["hybrid"]["ndcg@10"] += 0.05
@@ -207,6 +219,8 @@ def test_every_gated_collection_is_measured_and_each_can_fail_the_gate(
     assert entry["queries"] == len(other.judged_queries()) and entry["quality_drop"] >= 0.01
     assert written["quality"] == slice_baseline["quality"]
 
+    written = without_latency_ratios(baseline)
+    entry = written["collections"][other.name]
     gate = ["gate", "--collection", slice_collection.name, *common]
     assert main(gate) == 0
     assert f"{other.name} hybrid ndcg@10" in capsys.readouterr().out
