@@ -191,10 +191,11 @@ def add_commands(sub: argparse._SubParsersAction[Any]) -> None:
     )
     b.add_argument("--queries", type=int, default=200, help="generated queries per search row")
     b.add_argument(
-        "--nlist-by-size",
+        "--ivf-by-size",
         action="store_true",
-        help="IVF types: nlist as `ragindex plan` writes it for each size (4 sqrt(vectors), a"
-        " power of two) instead of the spec's default",
+        help="IVF types: nlist and nprobe as `ragindex plan` writes them for each size (nlist"
+        " 4 sqrt(vectors), a power of two; nprobe 64 at 100 k, falling with the fourth root)"
+        " instead of the spec's",
     )
     b.add_argument(
         "--index",

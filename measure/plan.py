@@ -18,9 +18,9 @@ The model, per dense shard replica (one search thread, FIELD-NOTES):
   leg's budget (the p99 target less the rest of the query path, measured by bench serve);
 - replicas: enough single-thread replicas per shard for the queries at `UTILIZATION`, and at
   least MIN_REPLICAS, so a restarting replica never takes its shard away;
-- the dense settings to write in the spec: for the IVF types, nlist grows with the shard
-  (`ivf_nlist_for`; the spec's training minimum follows nlist), and for ivf_pq the refine
-  step's k-factor too (`refine_k_factor_for`).
+- the dense settings to write in the spec: for the IVF types, nlist grows with the shard and
+  nprobe shrinks with it (`ivf_settings_for`; the spec's training minimum follows nlist), and
+  for ivf_pq the refine step's k-factor grows too (`refine_k_factor_for`).
 """
 
 from __future__ import annotations
@@ -147,11 +147,40 @@ LARGE_SHARD_REFINE_K_FACTOR = 16
 REFINE_K_FACTOR_MEASURED_UP_TO = 300_000
 
 
+# A search's cost is the codes in the lists it scans, and lists grow with the square root of
+# the shard (nlist above): at a fixed nprobe 64, ivf_pq's p50 per shard search went from 0.5 ms
+# at 100 k to 1.0-1.2 ms at 1 M. But the true neighbours of a query also sit in fewer of the
+# smaller lists: on the generated vectors at 1 M (kFactor 16, 200 queries), recall@10 0.973 /
+# 0.982 / 0.984 / 0.986 / 0.988 at nprobe 16 / 24 / 32 / 40 / 64, where 100 k needs 64 for
+# 0.973. So nprobe falls with the fourth root of the shard: the codes scanned grow with the
+# other fourth root (1.8x for ten times the vectors), down to NPROBE_FLOOR.
+NPROBE_AT_REFERENCE = 64
+NPROBE_REFERENCE_VECTORS = 100_000
+NPROBE_FLOOR = 16  # the fewest lists measured at 1 M: recall 0.973
+
+
+# How the codes an IVF search scans grow with the shard, beyond the largest measured size.
+IVF_GROWTH = {"sqrt": 0.5, "root4": 0.25}
+
+
 def ivf_nlist_for(vectors: int) -> int:
     """The power of two nearest NLIST_PER_SQRT_VECTORS x sqrt(vectors), within the spec's
     bounds (100 k vectors: 1,024, the spec's default)."""
     target = NLIST_PER_SQRT_VECTORS * math.sqrt(max(vectors, 1))
     return min(MAX_NLIST, 2 ** max(0, round(math.log2(target))))
+
+
+def ivf_nprobe_for(vectors: int) -> int:
+    """NPROBE_AT_REFERENCE at NPROBE_REFERENCE_VECTORS, scaled by the inverse fourth root of
+    the shard's vectors, at least NPROBE_FLOOR and at most the shard's nlist (100 k: 64,
+    300 k: 49, 1 M: 36, 10 M: 20, beyond 26 M: 16)."""
+    scaled = round(NPROBE_AT_REFERENCE * (NPROBE_REFERENCE_VECTORS / max(vectors, 1)) ** 0.25)
+    return min(ivf_nlist_for(vectors), max(NPROBE_FLOOR, scaled))
+
+
+def ivf_settings_for(vectors: int) -> dict[str, int]:
+    """The IVF types' `dense.index.ivf` for a shard of `vectors`: nlist and nprobe."""
+    return {"nlist": ivf_nlist_for(vectors), "nprobe": ivf_nprobe_for(vectors)}
 
 
 def refine_k_factor_for(index_type: str, vectors: int) -> int:
@@ -168,12 +197,12 @@ def dense_spec_for(
     vectors_per_shard: int,
     measured_with: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The spec's `dense` settings for the plan (the IVF types' nlist, ivf_pq's refine
-    k-factor where the spec's default is not enough), and the `dense.index` settings the
-    type's constants were measured with (`index_settings`: its refine storage, nprobe)."""
+    """The spec's `dense` settings for the plan (the IVF types' nlist and nprobe, ivf_pq's
+    refine k-factor where the spec's default is not enough), and the `dense.index` settings
+    the type's constants were measured with (`index_settings`: its refine storage)."""
     dense: dict[str, Any] = {"shards": shards, "index": {"type": index_type}}
     if index_type in IVF_TYPES:
-        dense["index"]["ivf"] = {"nlist": ivf_nlist_for(vectors_per_shard)}
+        dense["index"]["ivf"] = ivf_settings_for(vectors_per_shard)
     k_factor = refine_k_factor_for(index_type, vectors_per_shard)
     if k_factor != REFINE_K_FACTOR:
         dense["index"]["refine"] = {"kFactor": k_factor}
@@ -195,12 +224,13 @@ def load_constants(path: Path = CONSTANTS) -> dict[str, Any]:
 def latency_at(points: list[tuple[int, float]], size: int, growth: str) -> float:
     """Latency at `size` from measured (size, ms) points: log-log interpolation between them;
     beyond the largest, the larger of the two largest points' slope and the type's `growth`
-    ("log": with ln n, as a graph search; "linear": as a fixed number of IVF lists), so noise
-    in the measurements never extrapolates to a faster search."""
+    ("log": with ln n, as a graph search; "sqrt": as the codes in a fixed number of IVF lists,
+    nlist following sqrt(n); "root4": as those of the plan's nprobe, `ivf_nprobe_for`), so
+    noise in the measurements never extrapolates to a faster search."""
     points = sorted(points)
     top_n, top_ms = points[-1]
-    if growth == "linear":
-        model = top_ms * size / top_n
+    if growth in IVF_GROWTH:
+        model = top_ms * (size / top_n) ** IVF_GROWTH[growth]
     else:
         model = top_ms * math.log(max(size, 2)) / math.log(max(top_n, 2))
     if len(points) == 1:
@@ -232,7 +262,9 @@ def make_plan(request: PlanInput, constants: dict[str, Any]) -> Plan:
     )
     # a snapshot is captured whole in memory, disk refine vectors included (`to_files`)
     snapshot_bpv = index_bpv + refine_disk_bpv + measured["snapshot_extra_bytes_per_vector"]
-    growth = "linear" if request.index_type in IVF_TYPES else "log"
+    growth = "log"
+    if request.index_type in IVF_TYPES:  # a pinned nprobe scans lists that grow with sqrt(n)
+        growth = "sqrt" if "ivf" in measured.get("index_settings", {}) else "root4"
     dim_factor = request.dim / ref_dim  # distance computations scale with the dimension
     points = {
         q: [(int(n), ms * dim_factor) for n, ms in measured[q].items()]
@@ -410,12 +442,17 @@ def constants_from_scale(report: dict[str, Any], note: str) -> dict[str, Any]:
                 for q in ("p50_ms", "p99_ms", "recall@10")
             },
         }
-        if kind in IVF_TYPES and storage == "disk":
-            types[kind]["refine_disk_bytes_per_dim"] = round(disk_bpv / dim, 3)
-            types[kind]["index_settings"] = {
-                "ivf": {"nprobe": index["ivf"]["nprobe"]},
-                "refine": {"storage": storage, "kFactor": index["refine"]["k_factor"]},
-            }
+        if kind in IVF_TYPES:
+            # what the plan must write for these latencies to hold: a fixed nprobe as measured
+            # (a run with --ivf-by-size measured the plan's own), the refine vectors on disk
+            settings: dict[str, Any] = {}
+            if not run.get("ivf_by_size"):
+                settings["ivf"] = {"nprobe": index["ivf"]["nprobe"]}
+            if storage == "disk":
+                types[kind]["refine_disk_bytes_per_dim"] = round(disk_bpv / dim, 3)
+                settings["refine"] = {"storage": storage, "kFactor": index["refine"]["k_factor"]}
+            if settings:
+                types[kind]["index_settings"] = settings
     return {
         "measured": {
             "machine": f"{run['cores']} cores, {run['memory_bytes'] / GIB:.0f} GiB,"

@@ -39,7 +39,7 @@ from ragindex.config import IVF_TYPES, DenseSpec, IndexType, parse_spec
 from ragindex.errors import InvalidInput
 from ragindex.measure.bench.scale_vectors import Generator, as_dict
 from ragindex.measure.bench.served_vectors import CHUNKS, ServedVectors, vector_chunk
-from ragindex.measure.plan import ivf_nlist_for
+from ragindex.measure.plan import ivf_settings_for
 from ragindex.measure.stats import Goals, missed_goals, percentiles, split_warmup, text_table
 from ragindex.shards import LogShardReplica, SnapshotTopic
 from ragindex.shards.log_replica import SNAPSHOT_DIR
@@ -138,6 +138,7 @@ def measure_type(
     return replica, {
         "kind": replica.shard.kind_of(TENANT),
         "nlist": spec.ivf.nlist if kind in IVF_TYPES else None,
+        "nprobe": spec.ivf.nprobe if kind in IVF_TYPES else None,
         "vectors": built,
         "build_s": round(build_s, 3),
         "rss_bytes_per_million": int(rss_delta * million),
@@ -216,11 +217,12 @@ def run_scale(
     queries: int = 200,
     work_dir: Path | None = None,
     seed: int = 0,
-    nlist_by_size: bool = False,
+    ivf_by_size: bool = False,
 ) -> dict[str, Any]:
     """The scale report: `sizes` -> type -> row, `filtered` (largest size) -> type -> share
     -> row, and what produced them. Sizes run smallest first, one type at a time. With
-    `nlist_by_size` the IVF types get `ragindex plan`'s nlist for each size, not the spec's."""
+    `ivf_by_size` the IVF types get `ragindex plan`'s nlist and nprobe for each size, not the
+    spec's."""
     if not sizes or any(n < 1000 for n in sizes):
         raise InvalidInput(f"--sizes: at least one size, each >= 1000 vectors, got {sizes}")
     unknown = sorted(set(types) - set(INDEX_TYPES))
@@ -231,12 +233,12 @@ def run_scale(
     query_vectors = generator.generate(queries, seed + 7)
     report: dict[str, Any] = {"sizes": {}, "filtered": {}}
     largest = max(sizes)
-    nlists: dict[str, int] = {}
+    by_size: dict[str, dict[str, int]] = {}
     for size in sorted(sizes):
         at_size = dense
-        if nlist_by_size:
-            nlists[str(size)] = ivf_nlist_for(size)
-            ivf = dense.index.ivf.model_copy(update={"nlist": nlists[str(size)]})
+        if ivf_by_size:
+            by_size[str(size)] = ivf_settings_for(size)
+            ivf = dense.index.ivf.model_copy(update=by_size[str(size)])
             at_size = dense.model_copy(
                 update={"index": dense.index.model_copy(update={"ivf": ivf})}
             )
@@ -258,7 +260,7 @@ def run_scale(
                 row.update(search_row(replica, query_vectors, truth))
                 if size == largest:
                     report["filtered"][kind] = filtered_rows(
-                        replica, vectors, ids, query_vectors[:100], seed
+                        replica, vectors, ids, query_vectors, seed
                     )
                 rows[kind] = row
                 print(f"  {row}", file=sys.stderr)
@@ -271,7 +273,7 @@ def run_scale(
         "queries": queries,
         "generator": as_dict(generator),
         "dense": dense.model_dump(mode="json"),
-        "ivf_nlist_by_size": nlists or None,
+        "ivf_by_size": by_size or None,
         "cores": os.cpu_count(),
         "faiss_threads": faiss.omp_get_max_threads(),
         "memory_bytes": psutil.virtual_memory().total,
@@ -430,7 +432,7 @@ def bench_scale_command(args: Any) -> int:
         types,
         dense,
         queries=args.queries,
-        nlist_by_size=args.nlist_by_size,
+        ivf_by_size=args.ivf_by_size,
     )
     print(scale_table(report))
     if args.json:

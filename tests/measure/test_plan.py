@@ -22,6 +22,8 @@ from ragindex.measure.plan import (
     PlanInput,
     dense_spec_for,
     ivf_nlist_for,
+    ivf_nprobe_for,
+    ivf_settings_for,
     latency_at,
     load_constants,
     make_plan,
@@ -97,7 +99,8 @@ def test_ivf_nlist_and_training_floor_grow_with_the_shard() -> None:
     assert ivf_nlist_for(1) == 4 and ivf_nlist_for(10**12) == 65_536
     plan = make_plan(request(index_type="ivf_pq"), constants())
     nlist = ivf_nlist_for(plan.vectors_per_shard)
-    index: dict[str, Any] = {"type": "ivf_pq", "ivf": {"nlist": nlist}}
+    ivf = {"nlist": nlist, "nprobe": ivf_nprobe_for(plan.vectors_per_shard)}
+    index: dict[str, Any] = {"type": "ivf_pq", "ivf": ivf}
     if plan.vectors_per_shard > REFINE_K_FACTOR_MEASURED_UP_TO:
         index["refine"] = {"kFactor": LARGE_SHARD_REFINE_K_FACTOR}
     assert plan.dense_spec == {"shards": plan.shards, "index": index}
@@ -107,6 +110,20 @@ def test_ivf_nlist_and_training_floor_grow_with_the_shard() -> None:
     assert hnsw.dense_spec == {"shards": hnsw.shards, "index": {"type": "hnsw_sq8"}}
 
 
+def test_ivf_nprobe_shrinks_with_the_square_root_of_the_shard_down_to_its_floor() -> None:
+    """nprobe 64 where it was measured (100 k), fewer lists as they grow (with the fourth
+    root), never below the floor, never above the shard's nlist."""
+    sizes = [1, 1000, 100_000, 300_000, 1_000_000, 10_000_000, 30_000_000, 10**9]
+    probes = [ivf_nprobe_for(n) for n in sizes]
+    assert probes == [4, 128, 64, 49, 36, 20, 16, 16]
+    assert all(p <= ivf_nlist_for(n) for p, n in zip(probes, sizes, strict=True))
+    assert ivf_settings_for(1_000_000) == {"nlist": 4096, "nprobe": 36}
+    written = RagIndexSpec.model_validate(
+        {"dense": {"index": {"type": "ivf_pq", "ivf": ivf_settings_for(10**9)}}}
+    )
+    assert written.dense.index.ivf.nprobe == 16 and written.dense.index.ivf.nlist == 65_536
+
+
 def test_ivf_pq_refines_more_candidates_past_the_size_where_8_was_measured() -> None:
     assert RagIndexSpec().dense.index.refine.k_factor == REFINE_K_FACTOR  # the spec's default
     small, large = REFINE_K_FACTOR_MEASURED_UP_TO, REFINE_K_FACTOR_MEASURED_UP_TO + 1
@@ -114,7 +131,10 @@ def test_ivf_pq_refines_more_candidates_past_the_size_where_8_was_measured() -> 
     assert refine_k_factor_for("ivf_pq", large) == LARGE_SHARD_REFINE_K_FACTOR
     for index_type in ("hnsw", "hnsw_sq8", "ivf_sq8"):  # their recall does not rest on it
         assert refine_k_factor_for(index_type, large) == REFINE_K_FACTOR
-    assert dense_spec_for("ivf_pq", 2, small)["index"] == {"type": "ivf_pq", "ivf": {"nlist": 2048}}
+    assert dense_spec_for("ivf_pq", 2, small)["index"] == {
+        "type": "ivf_pq",
+        "ivf": {"nlist": 2048, "nprobe": 49},
+    }
     large_spec = dense_spec_for("ivf_pq", 2, 1_000_000)
     assert large_spec["index"]["refine"] == {"kFactor": 16}
     written = RagIndexSpec.model_validate({"dense": large_spec})  # accepted as written
@@ -167,7 +187,9 @@ def test_latency_interpolates_and_never_extrapolates_faster() -> None:
     assert latency_at(points, 10_000_000, "log") == pytest.approx(4.0)  # slope 0.3 in log-log
     noisy = [(100_000, 1.0), (300_000, 0.9)]  # a busy box measured the larger one faster
     assert latency_at(noisy, 3_000_000, "log") > 0.9
-    assert latency_at([(100_000, 1.0)], 1_000_000, "linear") == pytest.approx(10.0)
+    # IVF: the codes of a fixed nprobe grow with sqrt(n), those of the plan's nprobe with n^0.25
+    assert latency_at([(100_000, 1.0)], 10_000_000, "sqrt") == pytest.approx(10.0)
+    assert latency_at([(100_000, 1.0)], 10_000_000, "root4") == pytest.approx(100**0.25)
 
 
 def test_the_shipped_constants_plan_ten_million() -> None:

@@ -28,7 +28,7 @@ from ragindex.measure.bench.scale_vectors import (
     uniform_unit,
     validate,
 )
-from ragindex.measure.plan import PlanInput, constants_from_scale, ivf_nlist_for, make_plan
+from ragindex.measure.plan import PlanInput, constants_from_scale, ivf_settings_for, make_plan
 
 REAL = 1000  # the bundled collections' first passages: embedded once, then cached
 
@@ -120,13 +120,21 @@ def test_bench_scale_small(generator: Generator, tmp_path: Path) -> None:
     assert plan.shards >= 1 and plan.extrapolated
 
 
-def test_nlist_by_size_builds_each_size_with_the_plans_nlist(generator: Generator) -> None:
+def test_ivf_by_size_builds_each_size_with_the_plans_nlist_and_nprobe(
+    generator: Generator,
+) -> None:
     dense = DenseSpec(exact_threshold=1000, index=DenseIndexSpec(train_min=2000))
-    report = run_scale(generator, [5000], ["ivf_sq8"], dense, queries=20, nlist_by_size=True)
-    assert report["run"]["ivf_nlist_by_size"] == {"5000": ivf_nlist_for(5000)} == {"5000": 256}
+    report = run_scale(generator, [5000], ["ivf_sq8"], dense, queries=20, ivf_by_size=True)
+    assert report["run"]["ivf_by_size"] == {"5000": ivf_settings_for(5000)}
+    assert ivf_settings_for(5000) == {"nlist": 256, "nprobe": 135}
     row = report["sizes"]["5000"]["ivf_sq8"]
-    assert row["kind"] == "ivf_sq8" and row["nlist"] == 256
-    assert report["run"]["dense"]["index"]["ivf"]["nlist"] == 1024  # the spec, as given
+    assert row["kind"] == "ivf_sq8" and row["nlist"] == 256 and row["nprobe"] == 135
+    ivf = report["run"]["dense"]["index"]["ivf"]
+    assert ivf["nlist"] == 1024 and ivf["nprobe"] == 32  # the spec, as given
+    # the plan's constants from it leave nprobe to the plan (measured with its own)
+    assert "ivf" not in constants_from_scale(report, "test")["types"]["ivf_sq8"].get(
+        "index_settings", {}
+    )
 
 
 def test_run_scale_refuses_bad_sizes_and_types(generator: Generator) -> None:
