@@ -157,10 +157,11 @@ REFINE_K_FACTOR_MEASURED_UP_TO = 300_000
 NPROBE_AT_REFERENCE = 64
 NPROBE_REFERENCE_VECTORS = 100_000
 NPROBE_FLOOR = 16  # the fewest lists measured at 1 M: recall 0.973
+NPROBE_EXPONENT = 0.25  # nprobe ~ vectors^-0.25
 
-
-# How the codes an IVF search scans grow with the shard, beyond the largest measured size.
-IVF_GROWTH = {"sqrt": 0.5, "root4": 0.25}
+# How the codes an IVF search scans grow with the shard, beyond the largest measured size: the
+# lists hold n / nlist ~ sqrt(n) codes each, times a fixed nprobe or the plan's.
+IVF_GROWTH = {"sqrt": 0.5, "root4": 0.5 - NPROBE_EXPONENT}
 
 
 def ivf_nlist_for(vectors: int) -> int:
@@ -174,7 +175,8 @@ def ivf_nprobe_for(vectors: int) -> int:
     """NPROBE_AT_REFERENCE at NPROBE_REFERENCE_VECTORS, scaled by the inverse fourth root of
     the shard's vectors, at least NPROBE_FLOOR and at most the shard's nlist (100 k: 64,
     300 k: 49, 1 M: 36, 10 M: 20, beyond 26 M: 16)."""
-    scaled = round(NPROBE_AT_REFERENCE * (NPROBE_REFERENCE_VECTORS / max(vectors, 1)) ** 0.25)
+    ratio = NPROBE_REFERENCE_VECTORS / max(vectors, 1)
+    scaled = round(NPROBE_AT_REFERENCE * ratio**NPROBE_EXPONENT)
     return min(ivf_nlist_for(vectors), max(NPROBE_FLOOR, scaled))
 
 

@@ -110,7 +110,7 @@ def test_ivf_nlist_and_training_floor_grow_with_the_shard() -> None:
     assert hnsw.dense_spec == {"shards": hnsw.shards, "index": {"type": "hnsw_sq8"}}
 
 
-def test_ivf_nprobe_shrinks_with_the_square_root_of_the_shard_down_to_its_floor() -> None:
+def test_ivf_nprobe_shrinks_with_the_fourth_root_of_the_shard_down_to_its_floor() -> None:
     """nprobe 64 where it was measured (100 k), fewer lists as they grow (with the fourth
     root), never below the floor, never above the shard's nlist."""
     sizes = [1, 1000, 100_000, 300_000, 1_000_000, 10_000_000, 30_000_000, 10**9]
