@@ -53,7 +53,8 @@ Kind = Literal["flat", "hnsw", "hnsw_sq8", "ivf_pq", "ivf_sq8"]
 KINDS: tuple[Kind, ...] = ("flat", "hnsw", "hnsw_sq8", "ivf_pq", "ivf_sq8")
 GRAPH_KINDS: tuple[Kind, ...] = ("hnsw", "hnsw_sq8")  # retire by tombstones
 ALLOWED_CACHED = 16
-GATHERED_CACHED = 4  # matrices of at most max(exact_threshold, 12 % of the partition) vectors
+# matrices of at most max(exact_threshold, sqrt(25 efSearch x the partition)) vectors (dense_plan)
+GATHERED_CACHED = 4
 DEFAULT_INDEX = DenseIndexSpec()
 # FAISS index_factory strings of the refine codes, by `dense.index.refine.storage` ("disk":
 # float32 rows in a mapped file, `MappedVectors`).
@@ -83,6 +84,15 @@ def ivf_probes(nprobe: int, nlist: int, candidates: int, live: int, share: float
     per_list = live * share / nlist
     cover = math.ceil(2 * candidates / per_list) if per_list > 0 else nlist
     return max(1, min(nlist, max(math.ceil(nprobe / max(share, 1e-9)), cover)))
+
+
+def bitmap_selector(ids: np.ndarray, bound: int) -> Any:
+    """A FAISS id selector of `ids` (each below `bound`) as a bitmap: one bit test per
+    candidate the index scans, where an IDSelectorBatch hashes each one into a set as large as
+    the allowed ids (and takes longer to build)."""
+    bits = np.zeros(bound, dtype=bool)
+    bits[ids] = True
+    return faiss.IDSelectorBitmap(np.packbits(bits, bitorder="little"))  # keeps the array
 
 
 def _widen(index: Any) -> None:
@@ -375,6 +385,8 @@ class TenantPartition:
         if allowed is None:
             return self._search_all(query, min(k, len(self._internal)))
         wanted, selector = self._allowed_ids(allowed)
+        if len(wanted) == len(self._internal):  # every live chunk: no filter to apply
+            return self._search_all(query, min(k, len(wanted)))
         plan = dense_plan(
             len(wanted), len(self._internal), k, self.hnsw.ef_search, self.exact_threshold
         )
@@ -430,14 +442,14 @@ class TenantPartition:
         return [ScoredId(self._chunk[int(found[i])], float(scores[i])) for i in top]
 
     def _allowed_ids(self, allowed: Collection[str]) -> tuple[np.ndarray, Any]:
-        """Internal ids of the live allowed chunks and their IDSelectorBatch (cached per
+        """Internal ids of the live allowed chunks and their id selector (cached per
         frozenset until the next write: repeated principals and filters cost nothing)."""
         key = allowed if isinstance(allowed, frozenset) else None
         if key is not None and key in self._allowed:
             return self._allowed[key]
         internal = self._internal
         wanted = np.fromiter((internal[c] for c in allowed if c in internal), dtype=np.int64)
-        found = wanted, faiss.IDSelectorBatch(wanted)
+        found = wanted, bitmap_selector(wanted, self._next_id)
         if key is not None:
             if len(self._allowed) >= ALLOWED_CACHED:
                 self._allowed.pop(next(iter(self._allowed)))

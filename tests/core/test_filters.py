@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from ragindex.errors import InvalidInput
 from ragindex.filters import (
+    MAX_FILTER_EF,
     AnyTerm,
     DensePlan,
     chunk_terms,
@@ -222,6 +223,15 @@ def test_dense_plan_exact_when_selective_hnsw_with_rising_ef_otherwise() -> None
     assert efs == sorted(efs, reverse=True)  # less allowed, more effort
     assert dense_plan(0, live, 10, 64, 0).exact
     assert dense_plan(5, 10, 10, 64, 2000).exact  # a small partition is always exact
+
+
+def test_dense_plan_one_share_exact_in_a_small_partition_index_in_a_large() -> None:
+    # 10 % of 300 k (30 k vectors) is cheaper exact than at efSearch 1,280; 10 % of 1 M is not
+    assert dense_plan(30_000, 300_000, 10, 128, 20_000).exact
+    large = dense_plan(100_000, 1_000_000, 10, 128, 20_000)
+    assert not large.exact and large.ef_search == 1280
+    assert dense_plan(50_000, 1_000_000, 10, 128, 20_000).exact  # 5 %: efSearch would be 2,560
+    assert dense_plan(60_000, 1_000_000, 10, 128, 20_000).ef_search == MAX_FILTER_EF
 
 
 def test_no_terms_match_nothing() -> None:

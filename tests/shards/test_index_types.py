@@ -235,6 +235,19 @@ def test_access_filters_choose_inside_the_index(name: str, share: float) -> None
 
 
 @pytest.mark.parametrize("name", list(SPECS))
+def test_a_filter_allowing_every_live_chunk_searches_as_no_filter(name: str) -> None:
+    part = TenantPartition(DIM, HNSW, 50, SPECS[name])
+    x = unit(600)
+    ids = [f"c{i}" for i in range(600)]
+    part.upsert(ids, x)
+    part.delete(ids[::5])
+    everyone = frozenset(ids) | {"never-written"}  # retired and unknown ids select nothing
+    for seed in range(5):
+        q = unit(1, seed=300 + seed)[0]
+        assert part.search(q, 10, everyone) == part.search(q, 10)
+
+
+@pytest.mark.parametrize("name", list(SPECS))
 def test_snapshot_bytes_round_trip_and_query_parameters_change_in_place(name: str) -> None:
     spec = SPECS[name]
     part = TenantPartition(DIM, HNSW, 0, spec)
