@@ -92,7 +92,10 @@ def bitmap_selector(ids: np.ndarray, bound: int) -> Any:
     the allowed ids (and takes longer to build)."""
     bits = np.zeros(bound, dtype=bool)
     bits[ids] = True
-    return faiss.IDSelectorBitmap(np.packbits(bits, bitorder="little"))  # keeps the array
+    # The stub knows only the C++ (n, pointer) form; given the array, faiss's Python wrapper
+    # passes both and keeps the array alive as long as the selector.
+    bitmap = np.packbits(bits, bitorder="little")
+    return faiss.IDSelectorBitmap(bitmap)  # type: ignore[call-arg, arg-type]
 
 
 def _widen(index: Any) -> None:

@@ -245,9 +245,8 @@ def run_scale(
         vectors = generator.generate(size, seed)
         tail = generator.generate(max(1, int(size * TAIL_SHARE)), seed + 1)
         ids = _ids(0, size)
-        truth = _exact(
-            np.concatenate([vectors, tail]), ids + _ids(size, len(tail)), query_vectors, 10
-        )
+        held, held_ids = np.concatenate([vectors, tail]), ids + _ids(size, len(tail))
+        truth = _exact(held, held_ids, query_vectors, 10)
         with tempfile.TemporaryDirectory(prefix="bench-scale-", dir=work_dir) as tmp:
             root = Path(tmp)
             rows: dict[str, Any] = {}
@@ -260,7 +259,7 @@ def run_scale(
                 row.update(search_row(replica, query_vectors, truth))
                 if size == largest:
                     report["filtered"][kind] = filtered_rows(
-                        replica, vectors, ids, query_vectors, seed
+                        replica, held, held_ids, query_vectors, seed
                     )
                 rows[kind] = row
                 print(f"  {row}", file=sys.stderr)
