@@ -385,10 +385,10 @@ class TenantPartition:
         raised nprobe), as `dense_plan` decides."""
         query = prepare_query(query_vector, self.dim)
         k = validate_top_k(top_k)
-        if allowed is None or self._allows_every_live(allowed):
+        if allowed is None:
             return self._search_all(query, min(k, len(self._internal)))
         wanted, selector = self._allowed_ids(allowed)
-        if len(wanted) == len(self._internal):  # every live chunk, and ids no longer live
+        if len(wanted) == len(self._internal):  # every live chunk: no filter to apply
             return self._search_all(query, min(k, len(wanted)))
         plan = dense_plan(
             len(wanted), len(self._internal), k, self.hnsw.ef_search, self.exact_threshold
@@ -444,12 +444,6 @@ class TenantPartition:
         top = np.argsort(-scores, kind="stable")[:k]
         return [ScoredId(self._chunk[int(found[i])], float(scores[i])) for i in top]
 
-    def _allows_every_live(self, allowed: Collection[str]) -> bool:
-        """Whether `allowed` is exactly the live chunk ids: one set comparison in C, where
-        selecting their internal ids loops in Python (an ACL that every chunk grants, the
-        usual case of the HTTP API's searches, is checked again after each write)."""
-        return len(allowed) == len(self._internal) and self._internal.keys() == allowed
-
     def _allowed_ids(self, allowed: Collection[str]) -> tuple[np.ndarray, Any]:
         """Internal ids of the live allowed chunks and their id selector (cached per
         frozenset until the next write: repeated principals and filters cost nothing)."""
@@ -457,8 +451,14 @@ class TenantPartition:
         if key is not None and key in self._allowed:
             return self._allowed[key]
         internal = self._internal
-        wanted = np.fromiter((internal[c] for c in allowed if c in internal), dtype=np.int64)
-        found = wanted, bitmap_selector(wanted, self._next_id)
+        found: tuple[np.ndarray, Any]
+        if len(allowed) == len(internal) and internal.keys() == allowed:
+            # every live chunk (an ACL every chunk grants: the HTTP API's usual search), found
+            # by one set comparison in C; `search` then runs unfiltered, with no selector
+            found = np.fromiter(self._chunk, dtype=np.int64, count=len(self._chunk)), None
+        else:
+            wanted = np.fromiter((internal[c] for c in allowed if c in internal), dtype=np.int64)
+            found = wanted, bitmap_selector(wanted, self._next_id)
         if key is not None:
             if len(self._allowed) >= ALLOWED_CACHED:
                 self._allowed.pop(next(iter(self._allowed)))
