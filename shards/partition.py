@@ -147,8 +147,8 @@ class TenantPartition:
         self._next_id = 0
         self._selector: tuple[Any, Any] | None = None  # (IDSelectorBatch, IDSelectorNot)
         # allowed ids (a frozenset, as TermPostings.select keeps it) -> (internal ids, selector),
-        # until the next write
-        self._allowed: dict[frozenset[str], tuple[np.ndarray, Any]] = {}
+        # or None for every live chunk, until the next write
+        self._allowed: dict[frozenset[str], tuple[np.ndarray, Any] | None] = {}
         self._gathered: dict[frozenset[str], Vectors] = {}  # their vectors, for exact search
 
     def __len__(self) -> int:
@@ -387,9 +387,10 @@ class TenantPartition:
         k = validate_top_k(top_k)
         if allowed is None:
             return self._search_all(query, min(k, len(self._internal)))
-        wanted, selector = self._allowed_ids(allowed)
-        if len(wanted) == len(self._internal):  # every live chunk: no filter to apply
-            return self._search_all(query, min(k, len(wanted)))
+        selection = self._allowed_ids(allowed)
+        if selection is None:  # every live chunk: no filter to apply
+            return self._search_all(query, min(k, len(self._internal)))
+        wanted, selector = selection
         plan = dense_plan(
             len(wanted), len(self._internal), k, self.hnsw.ef_search, self.exact_threshold
         )
@@ -444,21 +445,21 @@ class TenantPartition:
         top = np.argsort(-scores, kind="stable")[:k]
         return [ScoredId(self._chunk[int(found[i])], float(scores[i])) for i in top]
 
-    def _allowed_ids(self, allowed: Collection[str]) -> tuple[np.ndarray, Any]:
-        """Internal ids of the live allowed chunks and their id selector (cached per
-        frozenset until the next write: repeated principals and filters cost nothing)."""
+    def _allowed_ids(self, allowed: Collection[str]) -> tuple[np.ndarray, Any] | None:
+        """Internal ids of the live allowed chunks and their id selector, or None when they are
+        every live chunk (cached per frozenset until the next write: repeated principals and
+        filters cost nothing)."""
         key = allowed if isinstance(allowed, frozenset) else None
         if key is not None and key in self._allowed:
             return self._allowed[key]
         internal = self._internal
-        found: tuple[np.ndarray, Any]
-        if len(allowed) == len(internal) and internal.keys() == allowed:
-            # every live chunk (an ACL every chunk grants: the HTTP API's usual search), found
-            # by one set comparison in C; `search` then runs unfiltered, with no selector
-            found = np.fromiter(self._chunk, dtype=np.int64, count=len(self._chunk)), None
-        else:
+        found: tuple[np.ndarray, Any] | None = None
+        # An ACL every chunk grants (the HTTP API's usual search) is found by one set
+        # comparison in C, before the id selection's loop in Python.
+        if len(allowed) != len(internal) or internal.keys() != allowed:
             wanted = np.fromiter((internal[c] for c in allowed if c in internal), dtype=np.int64)
-            found = wanted, bitmap_selector(wanted, self._next_id)
+            if len(wanted) < len(internal):
+                found = wanted, bitmap_selector(wanted, self._next_id)
         if key is not None:
             if len(self._allowed) >= ALLOWED_CACHED:
                 self._allowed.pop(next(iter(self._allowed)))
