@@ -18,12 +18,12 @@ from pathlib import Path
 
 from ragindex.app.generation_record import ensure_record
 from ragindex.app.serve.data_plane import DEFAULT_NAMESPACE, ensure_topics, open_log, replica_dir
-from ragindex.app.serve.query_side import LocalQuerySide, SerializedEmbedder
+from ragindex.app.serve.query_side import LocalQuerySide
 from ragindex.app.serve_cli import APP_NAME  # the served app's name names its topics
 from ragindex.config import RagIndexSpec
 from ragindex.ingest import IngestWorker, as_documents
 from ragindex.lexical import LexicalView
-from ragindex.models import load_embedder
+from ragindex.models import SerializedEmbedder, load_embedder
 from ragindex.protocols import Embedder, LexicalIndex
 from ragindex.records import DocsRecord, docs_records, docs_tombstone
 from ragindex.router import QueryEngine

@@ -37,7 +37,7 @@ from ragindex.app.serve.data_plane import (
     replica_dir,
 )
 from ragindex.app.serve.generation_report import gather_evidence
-from ragindex.app.serve.query_side import LocalQuerySide, SerializedEmbedder
+from ragindex.app.serve.query_side import LocalQuerySide
 from ragindex.app.serve_cli import APP_NAME
 from ragindex.config import RagIndexSpec
 from ragindex.errors import InvalidInput
@@ -57,7 +57,7 @@ from ragindex.generations import (
 )
 from ragindex.ingest import IngestWorker
 from ragindex.lexical import ElasticsearchIndex, make_client
-from ragindex.models import load_embedder
+from ragindex.models import SerializedEmbedder, load_embedder
 from ragindex.protocols import Embedder, Log
 from ragindex.topics import plane_snapshots_topic, plane_topics
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 
@@ -26,7 +26,7 @@ import tantivy
 
 from ragindex.config import Rm3Spec
 from ragindex.errors import BackendUnavailable
-from ragindex.filters import AllExpr, AnyTerm, TermExpr
+from ragindex.filters import ACL_PREFIX, PUBLIC, AllExpr, AnyTerm, TermExpr
 from ragindex.lexical.analysis import ANALYZER_NAME, build_analyzer
 from ragindex.lexical.documents import (
     BODY_FIELD,
@@ -47,16 +47,17 @@ from ragindex.types import Chunk, ScoredId
 
 _WRITER_HEAP_BYTES = 32_000_000
 CHUNK_FIELD = "chunk"
+# Chunk ids a reader keeps by document address (~150 bytes each): enough for every hit of a
+# 100 k-chunk index; past it the reader forgets them and starts again.
+CHUNK_IDS_KEPT = 200_000
 
 
 def build_schema() -> tantivy.Schema:
     """title, body: analysed like ES `standard`, stored; tenant_id, chunk_id, key: exact;
     chunk: the chunk's other fields (JSON), stored and not indexed."""
     builder = tantivy.SchemaBuilder()
-    for field in (TITLE_FIELD, BODY_FIELD):
-        builder.add_text_field(
-            field, stored=True, tokenizer_name=ANALYZER_NAME, index_option="freq"
-        )
+    for name in (TITLE_FIELD, BODY_FIELD):
+        builder.add_text_field(name, stored=True, tokenizer_name=ANALYZER_NAME, index_option="freq")
     builder.add_text_field("tenant_id", stored=False, tokenizer_name="raw", index_option="basic")
     builder.add_text_field("chunk_id", stored=True, tokenizer_name="raw", index_option="basic")
     builder.add_text_field("key", stored=False, tokenizer_name="raw", index_option="basic")
@@ -79,6 +80,40 @@ def stored_chunk(doc: tantivy.Document) -> Chunk:
     rest = json.loads(doc[CHUNK_FIELD][0])
     prefix = rest.get("search_prefix", "")
     return Chunk(title=title, text=body[len(prefix) + 1 :] if prefix else body, **rest)
+
+
+@dataclass(frozen=True)
+class _Reader:
+    """The searcher of one reload, and what searches learn about its documents: an address
+    (segment, doc) names one document for the searcher's life (its segments never change).
+
+    `chunk_ids`: the ids of the documents searches have hit, so that a hit's id is not read
+    from the document store again (a stored document is read whole and decompressed: ~10 us,
+    1 ms for a search's 100 hits, against 0.4 ms for the search itself at 100 k chunks).
+    `public_only`: no document, live or deleted, has an ACL, so an access clause that lets
+    public chunks through filters nothing and is left out (it would stop tantivy from
+    pruning the BM25 disjunction: ~0.9 ms of a search's 3 at 100 k)."""
+
+    searcher: tantivy.Searcher
+    public_only: bool
+    chunk_ids: dict[tuple[int, int], str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, index: tantivy.Index) -> _Reader:
+        searcher = index.searcher()
+        acl_terms = searcher.terms_with_prefix(FILTER_FIELD, ACL_PREFIX, limit=2)
+        return cls(searcher, [term for term, _ in acl_terms] == [PUBLIC])
+
+    def chunk_id(self, address: tantivy.DocAddress, doc: tantivy.Document | None = None) -> str:
+        """The id of the document at `address` (`doc`: that document, when already read)."""
+        key = (address.segment_ord, address.doc)
+        found = self.chunk_ids.get(key)
+        if found is None:
+            found = str((doc if doc is not None else self.searcher.doc(address))["chunk_id"][0])
+            if len(self.chunk_ids) >= CHUNK_IDS_KEPT:
+                self.chunk_ids.clear()
+            self.chunk_ids[key] = found
+        return found
 
 
 class TantivyIndex:
@@ -104,6 +139,7 @@ class TantivyIndex:
         self._read_only = read_only
         self._closed = False
         self._writer: tantivy.IndexWriter | None = None
+        self._reader = _Reader.of(index)
         if read_only:
             return  # a reader of another process's writer; see reload()
         try:
@@ -170,10 +206,12 @@ class TantivyIndex:
         """See the commits made since the last reload (by this or another process)."""
         self._check_open()
         self._index.reload()
+        self._reader = _Reader.of(self._index)
 
     def _commit(self, writer: tantivy.IndexWriter) -> None:
         writer.commit()
         self._index.reload()
+        self._reader = _Reader.of(self._index)
 
     def upsert(self, chunks: Sequence[Chunk], *, versions: Sequence[int] | None = None) -> None:
         """Replace-or-insert each chunk by (tenant, chunk id); visible when this returns.
@@ -245,14 +283,27 @@ class TantivyIndex:
         )
         return bm25_search(run, text, k, tenant, self.rm3)
 
-    def _access_clause(self, expr: TermExpr) -> tantivy.Query:
+    def _access_clause(self, expr: TermExpr, public_only: bool) -> tantivy.Query | None:
+        """The filter clause of `expr`; None when it passes every document (`public_only`
+        and it lets public chunks through)."""
         if isinstance(expr, AnyTerm):
+            if public_only and PUBLIC in expr.terms:
+                return None
             if not expr.terms:
                 return tantivy.Query.empty_query()
             found = tantivy.Query.term_set_query(self._schema, FILTER_FIELD, sorted(expr.terms))
             return tantivy.Query.const_score_query(found, 0.0)
-        occur = tantivy.Occur.Must if isinstance(expr, AllExpr) else tantivy.Occur.Should
-        return tantivy.Query.boolean_query([(occur, self._access_clause(p)) for p in expr.parts])
+        parts = [self._access_clause(p, public_only) for p in expr.parts]
+        if isinstance(expr, AllExpr):
+            needed = [p for p in parts if p is not None]
+            if not needed:
+                return None
+            return tantivy.Query.boolean_query([(tantivy.Occur.Must, p) for p in needed])
+        if any(p is None for p in parts):
+            return None
+        return tantivy.Query.boolean_query(
+            [(tantivy.Occur.Should, p) for p in parts if p is not None]
+        )
 
     def _run_terms(
         self,
@@ -275,12 +326,14 @@ class TantivyIndex:
         ]
         if not clauses:
             return []
-        searcher = self._index.searcher()
+        reader = self._reader
+        searcher = reader.searcher
         required = [tantivy.Query.boolean_query(clauses)]
         if not holds_only(searcher, tenant_id):
             required.append(self._tenant_clause(tenant_id))
-        if access is not None:
-            required.append(self._access_clause(access))
+        clause = None if access is None else self._access_clause(access, reader.public_only)
+        if clause is not None:
+            required.append(clause)
         if len(required) == 1:  # the bare disjunction: tantivy prunes it (block-max WAND)
             full = required[0]
         else:
@@ -288,20 +341,20 @@ class TantivyIndex:
         result = searcher.search(full, limit=top_k, count=False)
         hits = []
         for rank, (score, address) in enumerate(result.hits):
-            doc = searcher.doc(address)
-            text = ""
-            if with_text:
-                text = "\n".join(v for f in (TITLE_FIELD, BODY_FIELD) for v in doc.get_all(f))
-            chunk = stored_chunk(doc) if rank < with_chunks else None
-            hits.append((ScoredId(doc["chunk_id"][0], float(score), chunk), text))
+            text, chunk, doc = "", None, None
+            if with_text or rank < with_chunks:
+                doc = searcher.doc(address)
+                if with_text:
+                    text = "\n".join(v for f in (TITLE_FIELD, BODY_FIELD) for v in doc.get_all(f))
+                chunk = stored_chunk(doc) if rank < with_chunks else None
+            hits.append((ScoredId(reader.chunk_id(address, doc), float(score), chunk), text))
         return hits
 
     def count(self, tenant_id: str) -> int:
         """Live chunks of one tenant."""
         tenant = validate_search("", 1, tenant_id)[2]
         self._check_open()
-        searcher = self._index.searcher()
-        result = searcher.search(self._tenant_clause(tenant), limit=1, count=True)
+        result = self._reader.searcher.search(self._tenant_clause(tenant), limit=1, count=True)
         return int(result.count)  # type: ignore[attr-defined]  # missing from tantivy's stub
 
     def location(self) -> str:

@@ -4,6 +4,8 @@
   FlagEmbedding or ONNX Runtime: `SentenceTransformerEmbedder`, `FlagEmbedder`, `OnnxEmbedder`),
   and where its weights are (a local directory, or a packaged model by name: all-MiniLM-L6-v2,
   all-mpnet-base-v2; see `ragindex.models.packaged`); `TokenCounter`: the tokenizer alone;
+- `SerializedEmbedder`: one embedder for a replica's threads, one model call at a time,
+  single queries that arrive together embedded in one call;
 - `load_reranker`: the cross-encoder reranker a spec names (`CrossEncoderReranker`).
 
 torch, transformers and ONNX Runtime load when a model does, not with this package.
@@ -22,12 +24,14 @@ if TYPE_CHECKING:
     )
     from ragindex.models.onnx_embedder import OnnxEmbedder, TokenCounter
     from ragindex.models.reranker import CrossEncoderReranker, load_reranker
+    from ragindex.models.shared import SerializedEmbedder
 
 __all__ = [
     "CrossEncoderReranker",
     "FlagEmbedder",
     "OnnxEmbedder",
     "SentenceTransformerEmbedder",
+    "SerializedEmbedder",
     "TokenCounter",
     "load_embedder",
     "load_reranker",
@@ -46,5 +50,6 @@ if not TYPE_CHECKING:
             ],
             "onnx_embedder": ["OnnxEmbedder", "TokenCounter"],
             "reranker": ["CrossEncoderReranker", "load_reranker"],
+            "shared": ["SerializedEmbedder"],
         },
     )

@@ -41,7 +41,9 @@ RANGE_OPS = ("gt", "gte", "lt", "lte")
 OPS = ("eq", "in", *RANGE_OPS)
 FILTER_FIELDS = "`source`, `updated` or `metadata.<key>`"
 
-PUBLIC = "a:*"
+ACL_PREFIX = "a:"
+"""What every ACL term starts with: `a:<principal>`, or PUBLIC."""
+PUBLIC = f"{ACL_PREFIX}*"
 """The ACL term of a chunk every principal of its tenant may read (no ACL)."""
 _TRIE_STEP = 4
 _TRIE_BITS = 64
@@ -282,7 +284,7 @@ TermExpr = AnyTerm | AllExpr | AnyExpr
 
 def chunk_terms(chunk: Chunk) -> frozenset[str]:
     """Every filter term of a chunk: ACL, source, updated and metadata."""
-    terms = {PUBLIC} if chunk.acl is None else {f"a:{p}" for p in chunk.acl}
+    terms = {PUBLIC} if chunk.acl is None else {f"{ACL_PREFIX}{p}" for p in chunk.acl}
     terms.add(_eq_term("source", chunk.source))
     for field in ["updated", *(f"metadata.{k}" for k in chunk.metadata)]:
         for value in _field_values(chunk, field):
@@ -300,7 +302,7 @@ def compile_access(flt: Filter | None, principals: Collection[str] | None) -> Te
     the HTTP API always passes its token's principals."""
     parts: list[TermExpr] = []
     if principals is not None:
-        parts.append(AnyTerm(frozenset({PUBLIC, *(f"a:{p}" for p in principals)})))
+        parts.append(AnyTerm(frozenset({PUBLIC, *(f"{ACL_PREFIX}{p}" for p in principals)})))
     if flt is not None:
         parts.append(_compile(flt))
     return None if not parts else parts[0] if len(parts) == 1 else AllExpr(tuple(parts))

@@ -25,7 +25,7 @@ import numpy as np
 
 from ragindex.app import APP_NAME
 from ragindex.app.serve.data_plane import DEFAULT_NAMESPACE
-from ragindex.app.serve.query_side import LEG_THREADS, LocalQuerySide, SerializedEmbedder
+from ragindex.app.serve.query_side import LEG_THREADS, LocalQuerySide
 from ragindex.config import RagIndexSpec
 from ragindex.measure.bench.serve import BENCH_SPEC
 from ragindex.measure.bench.serve_corpus import (
@@ -35,7 +35,7 @@ from ragindex.measure.bench.serve_corpus import (
     unique_queries,
 )
 from ragindex.measure.stats import percentile
-from ragindex.models import load_embedder
+from ragindex.models import SerializedEmbedder, load_embedder
 from ragindex.router import QueryEngine, engine_ms
 from ragindex.shards import ReplicaDenseIndex
 

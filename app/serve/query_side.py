@@ -48,7 +48,7 @@ from ragindex.errors import BackendUnavailable, InvalidInput
 from ragindex.filters import TermExpr
 from ragindex.generations import index_generation
 from ragindex.lexical import LexicalView
-from ragindex.models import load_embedder, load_reranker
+from ragindex.models import SerializedEmbedder, load_embedder, load_reranker
 from ragindex.protocols import Embedder, Log, Vectors
 from ragindex.router import (
     Access,
@@ -95,29 +95,6 @@ def catching_up(progress: dict[str, list[int]], targets: list[int]) -> str | Non
 LEG_THREADS = 4
 REGISTRY_S = 2.0  # one poll of the progress registry; the wait polls again until its timeout
 RUNNING_MAX_AGE_S = 1.0  # the oldest list of running view replicas a wait counts on
-
-
-class SerializedEmbedder:
-    """One model call at a time: searches and answers run on several threads, and a fast
-    tokenizer refuses concurrent use ("Already borrowed")."""
-
-    def __init__(self, embedder: Embedder) -> None:
-        self._embedder = embedder
-        self._lock = threading.Lock()
-        self.identity = embedder.identity
-        self.max_seq_length = embedder.max_seq_length
-
-    def embed_passages(self, texts: Sequence[str]) -> Vectors:
-        with self._lock:
-            return self._embedder.embed_passages(texts)
-
-    def embed_queries(self, texts: Sequence[str]) -> Vectors:
-        with self._lock:
-            return self._embedder.embed_queries(texts)
-
-    def count_tokens(self, text: str) -> int:
-        with self._lock:
-            return self._embedder.count_tokens(text)
 
 
 def open_bm25_view(

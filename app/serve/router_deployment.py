@@ -27,7 +27,6 @@ from ragindex.app.serve.query_side import (
     ClusterQuerySide,
     LocalQuerySide,
     QuerySide,
-    SerializedEmbedder,
 )
 from ragindex.app.serve.threads import (
     LatestResult,
@@ -39,7 +38,7 @@ from ragindex.app.serve.threads import (
 from ragindex.config import RagIndexSpec
 from ragindex.errors import BackendUnavailable
 from ragindex.generations import index_generation
-from ragindex.models import load_embedder
+from ragindex.models import SerializedEmbedder, load_embedder
 from ragindex.protocols import Embedder, Log
 from ragindex.router import (
     Access,

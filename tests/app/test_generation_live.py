@@ -28,7 +28,7 @@ from elasticsearch import Elasticsearch
 
 from ragindex.app.serve.data_plane import ensure_topics
 from ragindex.app.serve.generation_report import ReportCut, generation_report
-from ragindex.app.serve.query_side import LocalQuerySide, SerializedEmbedder
+from ragindex.app.serve.query_side import LocalQuerySide
 from ragindex.config import RagIndexSpec
 from ragindex.errors import BackendUnavailable
 from ragindex.generations import (
@@ -42,7 +42,7 @@ from ragindex.lexical import ElasticsearchIndex
 from ragindex.log import KafkaLog
 from ragindex.measure.evals import Collection
 from ragindex.measure.servers import EsServer, KafkaServer
-from ragindex.models import load_embedder
+from ragindex.models import SerializedEmbedder, load_embedder
 from ragindex.operator import Observed, Verdict, decide_promotion, switch_read_alias
 from ragindex.operator.status import rfc3339
 from ragindex.protocols import Embedder

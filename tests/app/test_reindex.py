@@ -27,7 +27,7 @@ from ragindex.app.serve.generation_report import (
     gather_evidence,
     generation_report,
 )
-from ragindex.app.serve.query_side import LocalQuerySide, SerializedEmbedder
+from ragindex.app.serve.query_side import LocalQuerySide
 from ragindex.config import RagIndexSpec
 from ragindex.errors import InvalidInput
 from ragindex.generations import (
@@ -39,6 +39,7 @@ from ragindex.generations import (
 from ragindex.log import FileLog
 from ragindex.measure.evals import Collection
 from ragindex.measure.evals.metrics import ndcg_at_k
+from ragindex.models import SerializedEmbedder
 from ragindex.protocols import Embedder, Vectors
 from ragindex.records import doc_key, encode_document
 from ragindex.topics import partition_for_key, plane_topics

@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ragindex.errors import BackendUnavailable
+from ragindex.filters import AllExpr, AnyTerm, compile_access
 from ragindex.lexical import TantivyIndex
 from ragindex.lexical.analysis import ANALYZER_NAME
 from ragindex.lexical.documents import BODY_FIELD, FILTER_FIELD, TITLE_FIELD
@@ -55,6 +56,47 @@ def test_a_one_tenant_index_searches_without_the_tenant_clause_and_stays_isolate
     tantivy_index.delete("t2", ["s:b:0"])
     assert tantivy_index.search("heat", 10, "t2") == []
     assert len(tantivy_index.search("heat", 10, "t1")) == 3
+
+
+def test_an_acl_that_lets_public_chunks_through_filters_nothing_until_a_chunk_has_an_acl(
+    tantivy_index: EmbeddedBm25, make_chunk: MakeChunk
+) -> None:
+    """While no chunk has an ACL, a reader's access (public, or one of its principals)
+    leaves the clause out and finds what the operator finds; once a chunk has one, and while
+    its deleted document is still in a segment, the clause is back: nobody reads a chunk
+    whose ACL leaves them out."""
+    tantivy_index.upsert([make_chunk("t1", f"s:a:{n}", f"heat flux {n}") for n in range(3)])
+    bob = compile_access(None, frozenset({"bob"}))
+    assert ids(tantivy_index.search("heat", 10, "t1", bob)) == ids(
+        tantivy_index.search("heat", 10, "t1")
+    )
+    secret = replace(make_chunk("t1", "s:x:0", "heat secret"), acl=("alice",))
+    tantivy_index.upsert([secret])
+    assert "s:x:0" not in ids(tantivy_index.search("heat", 10, "t1", bob))
+    alice = compile_access(None, frozenset({"alice"}))
+    assert "s:x:0" in ids(tantivy_index.search("heat", 10, "t1", alice))
+    tantivy_index.upsert([replace(secret, acl=("bob",))])
+    assert "s:x:0" in ids(tantivy_index.search("heat", 10, "t1", bob))
+    assert "s:x:0" not in ids(tantivy_index.search("heat", 10, "t1", alice))
+    nobody = AllExpr((compile_access(None, frozenset()), AnyTerm(frozenset())))  # type: ignore[arg-type]
+    assert tantivy_index.search("heat", 10, "t1", nobody) == []
+
+
+def test_hits_name_the_chunks_the_index_holds_now_across_writes_and_merges(
+    tantivy_index: EmbeddedBm25, make_chunk: MakeChunk
+) -> None:
+    """Searches keep the ids of the documents they hit for as long as the reader lives; each
+    write's reader starts again, so a document address reused by a later segment or merge
+    never answers the id of the chunk that was there before."""
+    for rnd in range(12):
+        tantivy_index.upsert(
+            [make_chunk("t1", f"s:r{rnd}:{n}", f"heat flux round{rnd} {n}") for n in range(4)]
+        )
+        found = ids(tantivy_index.search("heat", 100, "t1"))
+        assert sorted(found) == sorted(f"s:r{rnd}:{n}" for n in range(4)), rnd
+        assert ids(tantivy_index.search(f"round{rnd}", 100, "t1")) != []
+        tantivy_index.delete("t1", [f"s:r{rnd}:{n}" for n in range(4)])
+    assert tantivy_index.search("heat", 100, "t1") == []
 
 
 def test_top_hits_carry_their_whole_chunk(

@@ -16,7 +16,7 @@ import pytest
 
 from ragindex.app import elasticsearch_connection
 from ragindex.app.serve.data_plane import ensure_topics, open_log
-from ragindex.app.serve.query_side import LocalQuerySide, SerializedEmbedder
+from ragindex.app.serve.query_side import LocalQuerySide
 from ragindex.config import ElasticsearchConnection, KafkaConnection, RagIndexSpec
 from ragindex.errors import BackendAccessDenied, BackendUnavailable, InvalidInput
 from ragindex.ingest import IngestWorker
@@ -30,6 +30,7 @@ from ragindex.measure.servers import (
     start_kafka,
 )
 from ragindex.measure.servers.kafka import SASL_USERNAME
+from ragindex.models import SerializedEmbedder
 from ragindex.protocols import Embedder
 from ragindex.records import doc_key, encode_document
 from ragindex.serve_config import KAFKA_BOOTSTRAP_ENV

@@ -18,13 +18,13 @@ import pytest
 
 from ragindex.app import APP_NAME
 from ragindex.app.serve.data_plane import DEFAULT_NAMESPACE, ensure_topics, open_log, replica_dir
-from ragindex.app.serve.query_side import LocalQuerySide, SerializedEmbedder, catching_up
+from ragindex.app.serve.query_side import LocalQuerySide, catching_up
 from ragindex.config import RagIndexSpec
 from ragindex.ingest import IngestWorker
+from ragindex.models import SerializedEmbedder
 from ragindex.protocols import Embedder
 from ragindex.records import doc_key, encode_document
 from ragindex.shards import LogShardReplica, ReplicaDenseIndex
-from ragindex.testing import EmbedderContract
 from ragindex.topics import partition_for_key, plane_topics
 from ragindex.types import Document
 
@@ -153,18 +153,3 @@ def test_the_dense_shards_are_searched_at_once(
             side.dense.search(vector, 10, TENANT, minilm.identity)
     finally:
         side.close()
-
-
-class TestSerializedEmbedderContract(EmbedderContract):
-    """The query side's one-call-at-a-time wrapper keeps the Embedder contract of what it wraps
-    (the packaged MiniLM, which is also the reference)."""
-
-    MAX_COSINE_DISTANCE = 1e-6
-
-    @pytest.fixture
-    def embedder(self, minilm: Embedder) -> SerializedEmbedder:
-        return SerializedEmbedder(minilm)
-
-    @pytest.fixture
-    def reference(self, minilm: Embedder) -> Embedder:
-        return minilm

@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 
 from ragindex.app.serve.data_plane import ensure_topics, open_log, replica_dir
-from ragindex.app.serve.query_side import LocalQuerySide, SerializedEmbedder
+from ragindex.app.serve.query_side import LocalQuerySide
 from ragindex.config import RagIndexSpec
 from ragindex.ingest import IngestWorker
 from ragindex.measure.servers import EsServer
+from ragindex.models import SerializedEmbedder
 from ragindex.protocols import Embedder
 from ragindex.records import docs_records
 from ragindex.topics import plane_topics
