@@ -73,6 +73,11 @@ class SerializedEmbedder:
             del self._waiting[: self._max_batch - 1]
         try:
             self._embed(batch)
+        except BaseException as err:  # no query of the batch waits for a vector that never comes
+            for q in batch:
+                if not q.done:
+                    q.error = err
+            raise
         finally:
             with self._queue:
                 self._leading = False

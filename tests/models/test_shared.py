@@ -38,11 +38,20 @@ class TestSerializedEmbedderContract(EmbedderContract):
         return minilm
 
 
+class Interrupted(BaseException):
+    """What no `except Exception` catches (as KeyboardInterrupt)."""
+
+
 class Recording:
     """The real model, recording each call's texts; its first query call is held until
     `release` is set (so that other queries arrive meanwhile), and texts in `failing` fail."""
 
-    def __init__(self, embedder: Embedder, failing: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        embedder: Embedder,
+        failing: Sequence[str] = (),
+        error: type[BaseException] = RuntimeError,
+    ) -> None:
         self.embedder = embedder
         self.identity = embedder.identity
         self.max_seq_length = embedder.max_seq_length
@@ -52,6 +61,7 @@ class Recording:
         self.entered = threading.Event()
         self.release = threading.Event()
         self.failing = set(failing)
+        self.error = error
         self._lock = threading.Lock()
 
     def embed_queries(self, texts: Sequence[str]) -> Vectors:
@@ -64,7 +74,7 @@ class Recording:
                 self.entered.set()
                 assert self.release.wait(30)
             if self.failing & set(texts):
-                raise RuntimeError(f"cannot embed {sorted(self.failing & set(texts))}")
+                raise self.error(f"cannot embed {sorted(self.failing & set(texts))}")
             return self.embedder.embed_queries(texts)
         finally:
             with self._lock:
@@ -77,13 +87,13 @@ class Recording:
         return self.embedder.count_tokens(text)
 
 
-def embed_while_held(shared: SerializedEmbedder, model: Recording) -> list[Vectors | Exception]:
+def embed_while_held(shared: SerializedEmbedder, model: Recording) -> list[Vectors | BaseException]:
     """The first query holds the model while the others arrive; then it is released."""
 
-    def one(text: str) -> Vectors | Exception:
+    def one(text: str) -> Vectors | BaseException:
         try:
             return shared.embed_queries([text])
-        except Exception as err:
+        except BaseException as err:
             return err
 
     with ThreadPoolExecutor(len(QUERIES)) as pool:
@@ -122,12 +132,25 @@ def test_a_batch_takes_at_most_max_batch_queries(minilm: Embedder) -> None:
 def test_a_failing_query_fails_alone_when_its_batch_fails(minilm: Embedder) -> None:
     model = Recording(minilm, failing=[QUERIES[2]])
     results = embed_while_held(SerializedEmbedder(model), model)
-    failed = [text for text, r in zip(QUERIES, results, strict=True) if isinstance(r, Exception)]
+    failed = [
+        text for text, r in zip(QUERIES, results, strict=True) if isinstance(r, BaseException)
+    ]
     assert failed == [QUERIES[2]]
     assert "cannot embed" in str(results[2])
     for text, vector in zip(QUERIES, results, strict=True):
         if text != QUERIES[2]:
             np.testing.assert_allclose(vector, minilm.embed_queries([text]), atol=1e-6)
+
+
+def test_a_batch_interrupted_fails_every_query_of_it_and_none_waits_on(minilm: Embedder) -> None:
+    model = Recording(minilm, failing=[QUERIES[2]], error=Interrupted)
+    shared = SerializedEmbedder(model)
+    results = embed_while_held(shared, model)
+    assert isinstance(results[0], np.ndarray)
+    assert all(isinstance(r, Interrupted) for r in results[1:])
+    np.testing.assert_allclose(  # the embedder still serves
+        shared.embed_queries([QUERIES[1]]), minilm.embed_queries([QUERIES[1]]), atol=1e-6
+    )
 
 
 def test_several_texts_and_passages_are_one_call_each(minilm: Embedder) -> None:
