@@ -97,12 +97,20 @@ class _Reader:
     searcher: tantivy.Searcher
     public_only: bool
     chunk_ids: dict[tuple[int, int], str] = field(default_factory=dict)
+    sole_tenant: dict[str, bool] = field(default_factory=dict)  # holds_only, per tenant
 
     @classmethod
     def of(cls, index: tantivy.Index) -> _Reader:
         searcher = index.searcher()
         acl_terms = searcher.terms_with_prefix(FILTER_FIELD, ACL_PREFIX, limit=2)
         return cls(searcher, [term for term, _ in acl_terms] == [PUBLIC])
+
+    def holds_only(self, tenant_id: str) -> bool:
+        """`holds_only` of this reader's searcher, asked once per tenant."""
+        found = self.sole_tenant.get(tenant_id)
+        if found is None:
+            found = self.sole_tenant[tenant_id] = holds_only(self.searcher, tenant_id)
+        return found
 
     def chunk_id(self, address: tantivy.DocAddress, doc: tantivy.Document | None = None) -> str:
         """The id of the document at `address` (`doc`: that document, when already read)."""
@@ -205,11 +213,13 @@ class TantivyIndex:
     def reload(self) -> None:
         """See the commits made since the last reload (by this or another process)."""
         self._check_open()
-        self._index.reload()
-        self._reader = _Reader.of(self._index)
+        self._load_reader()
 
     def _commit(self, writer: tantivy.IndexWriter) -> None:
         writer.commit()
+        self._load_reader()
+
+    def _load_reader(self) -> None:
         self._index.reload()
         self._reader = _Reader.of(self._index)
 
@@ -294,16 +304,16 @@ class TantivyIndex:
             found = tantivy.Query.term_set_query(self._schema, FILTER_FIELD, sorted(expr.terms))
             return tantivy.Query.const_score_query(found, 0.0)
         parts = [self._access_clause(p, public_only) for p in expr.parts]
+        needed = [p for p in parts if p is not None]  # None: passes every document
         if isinstance(expr, AllExpr):
-            needed = [p for p in parts if p is not None]
+            occur = tantivy.Occur.Must
             if not needed:
                 return None
-            return tantivy.Query.boolean_query([(tantivy.Occur.Must, p) for p in needed])
-        if any(p is None for p in parts):
-            return None
-        return tantivy.Query.boolean_query(
-            [(tantivy.Occur.Should, p) for p in parts if p is not None]
-        )
+        else:
+            occur = tantivy.Occur.Should
+            if len(needed) < len(parts):
+                return None
+        return tantivy.Query.boolean_query([(occur, p) for p in needed])
 
     def _run_terms(
         self,
@@ -329,7 +339,7 @@ class TantivyIndex:
         reader = self._reader
         searcher = reader.searcher
         required = [tantivy.Query.boolean_query(clauses)]
-        if not holds_only(searcher, tenant_id):
+        if not reader.holds_only(tenant_id):
             required.append(self._tenant_clause(tenant_id))
         clause = None if access is None else self._access_clause(access, reader.public_only)
         if clause is not None:

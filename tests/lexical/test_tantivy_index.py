@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ragindex.errors import BackendUnavailable
-from ragindex.filters import AllExpr, AnyTerm, compile_access
+from ragindex.filters import PUBLIC, AllExpr, AnyTerm, compile_access
 from ragindex.lexical import TantivyIndex
 from ragindex.lexical.analysis import ANALYZER_NAME
 from ragindex.lexical.documents import BODY_FIELD, FILTER_FIELD, TITLE_FIELD
@@ -78,7 +78,7 @@ def test_an_acl_that_lets_public_chunks_through_filters_nothing_until_a_chunk_ha
     tantivy_index.upsert([replace(secret, acl=("bob",))])
     assert "s:x:0" in ids(tantivy_index.search("heat", 10, "t1", bob))
     assert "s:x:0" not in ids(tantivy_index.search("heat", 10, "t1", alice))
-    nobody = AllExpr((compile_access(None, frozenset()), AnyTerm(frozenset())))  # type: ignore[arg-type]
+    nobody = AllExpr((AnyTerm(frozenset({PUBLIC})), AnyTerm(frozenset())))
     assert tantivy_index.search("heat", 10, "t1", nobody) == []
 
 
