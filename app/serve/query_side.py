@@ -229,6 +229,7 @@ class LocalQuerySide:
             reranker_spec=self.spec.reranker,
             rocchio=self.spec.feedback.rocchio,
             leg_executor=self.legs,
+            lexical_carries=False,  # the shard replicas beside it hold every chunk in memory
         )
         self.open_targets = [
             applied_target(log_, self.topics.chunks, s) for s in range(self.spec.dense.shards)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from ragindex.config import RagIndexSpec
-from ragindex.measure.bench.load import PeakMemory, ramp
+from ragindex.measure.bench.load import PeakMemory, SearchClient, ramp
 from ragindex.measure.bench.serve_corpus import TENANT
 from ragindex.measure.stats import percentile
 from ragindex.router import engine_ms
@@ -355,7 +355,4 @@ def saturation(
     queries: Iterator[str],
     memory: PeakMemory,
 ) -> dict[str, Any]:
-    def make_client() -> httpx.Client:
-        return httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
-
-    return ramp(make_client, queries, search_body, on_level=memory.sample)
+    return ramp(lambda: SearchClient(url, token), queries, search_body, on_level=memory.sample)

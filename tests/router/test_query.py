@@ -215,6 +215,31 @@ def test_hits_whose_chunks_came_with_a_leg_are_not_fetched(
     assert fetches.asked == [cid for cid in ids(searched.hits) if cid not in carried]
 
 
+@pytest.mark.parametrize("mode", ["hybrid", "lexical"])
+def test_a_lexical_leg_told_not_to_carry_reads_no_chunks_and_the_rest_are_fetched(
+    engine: EmbeddedIndex, pool: ThreadPoolExecutor, mode: str
+) -> None:
+    dense = Carrying(engine.dense, 5)
+    lexical = Carrying(engine.lexical, 5)  # would carry, if asked
+    fetches = Fetches(engine)
+    searched = QueryEngine(
+        engine.embedder,
+        dense,
+        lexical,
+        fetches,
+        fusion=engine.spec.fusion,
+        lexical_spec=engine.spec.lexical,
+        leg_executor=pool,
+        lexical_carries=False,
+    ).search(TENANT, QUERY, k=5, mode=mode)
+    expected = engine.query.search(TENANT, QUERY, k=5, mode=mode)
+    assert searched.hits and [(h.chunk, h.score) for h in searched.hits] == [
+        (h.chunk, h.score) for h in expected.hits
+    ]
+    assert not lexical.carried
+    assert fetches.asked == [cid for cid in ids(searched.hits) if cid not in dense.carried]
+
+
 def test_without_an_executor_the_legs_run_in_turn_and_sum(engine: EmbeddedIndex) -> None:
     timings = query_engine(engine, engine.lexical).search(TENANT, QUERY, k=5).timings_ms
     assert LEGS_WALL not in timings and set(LEG_STAGES) - {"rocchio"} <= set(timings)
