@@ -189,14 +189,15 @@ class Fetches:
         return self.engine.dense.get_chunks(tenant_id, chunk_ids)
 
 
-@pytest.mark.parametrize(("dense_carries", "lexical_carries"), [(5, 5), (0, 5), (0, 0), (1, 1)])
-def test_hits_whose_chunks_came_with_a_leg_are_not_fetched(
-    engine: EmbeddedIndex, pool: ThreadPoolExecutor, dense_carries: int, lexical_carries: int
-) -> None:
-    dense = Carrying(engine.dense, dense_carries)
-    lexical = Carrying(engine.lexical, lexical_carries)
-    fetches = Fetches(engine)
-    searched = QueryEngine(
+def fetching_engine(
+    engine: EmbeddedIndex,
+    dense: Carrying,
+    lexical: Carrying,
+    fetches: Fetches,
+    pool: ThreadPoolExecutor,
+    lexical_carries: bool = True,
+) -> QueryEngine:
+    return QueryEngine(
         engine.embedder,
         dense,
         lexical,
@@ -204,7 +205,18 @@ def test_hits_whose_chunks_came_with_a_leg_are_not_fetched(
         fusion=engine.spec.fusion,
         lexical_spec=engine.spec.lexical,
         leg_executor=pool,
-    ).search(TENANT, QUERY, k=5)
+        lexical_carries=lexical_carries,
+    )
+
+
+@pytest.mark.parametrize(("dense_carries", "lexical_carries"), [(5, 5), (0, 5), (0, 0), (1, 1)])
+def test_hits_whose_chunks_came_with_a_leg_are_not_fetched(
+    engine: EmbeddedIndex, pool: ThreadPoolExecutor, dense_carries: int, lexical_carries: int
+) -> None:
+    dense = Carrying(engine.dense, dense_carries)
+    lexical = Carrying(engine.lexical, lexical_carries)
+    fetches = Fetches(engine)
+    searched = fetching_engine(engine, dense, lexical, fetches, pool).search(TENANT, QUERY, k=5)
     expected = engine.query.search(TENANT, QUERY, k=5)
     assert [(h.chunk, h.score) for h in searched.hits] == [
         (h.chunk, h.score) for h in expected.hits
@@ -222,16 +234,8 @@ def test_a_lexical_leg_told_not_to_carry_reads_no_chunks_and_the_rest_are_fetche
     dense = Carrying(engine.dense, 5)
     lexical = Carrying(engine.lexical, 5)  # would carry, if asked
     fetches = Fetches(engine)
-    searched = QueryEngine(
-        engine.embedder,
-        dense,
-        lexical,
-        fetches,
-        fusion=engine.spec.fusion,
-        lexical_spec=engine.spec.lexical,
-        leg_executor=pool,
-        lexical_carries=False,
-    ).search(TENANT, QUERY, k=5, mode=mode)
+    searched = fetching_engine(engine, dense, lexical, fetches, pool, lexical_carries=False)
+    searched = searched.search(TENANT, QUERY, k=5, mode=mode)
     expected = engine.query.search(TENANT, QUERY, k=5, mode=mode)
     assert searched.hits and [(h.chunk, h.score) for h in searched.hits] == [
         (h.chunk, h.score) for h in expected.hits
