@@ -120,16 +120,10 @@ class QueryEngine:
         reranker_spec: RerankerSpec | None = None,
         rocchio: RocchioSpec | None = None,
         leg_executor: Executor | None = None,
-        lexical_carries: bool = True,
     ) -> None:
         """`leg_executor`: where a hybrid search runs its BM25 leg while the calling thread runs the
-        dense leg; None runs them one after the other. Its tasks never wait on each other.
-        `lexical_carries`: the BM25 leg's top hits bring their chunks, which saves a fetch from
-        the shards when they are another process; False where `chunks` holds them in this
-        process's memory (a lookup there costs less than reading the BM25 view's stored
-        documents)."""
+        dense leg; None runs them one after the other. Its tasks never wait on each other."""
         self.leg_executor = leg_executor
-        self.lexical_carries = lexical_carries
         self.embedder = embedder
         self.dense = dense
         self.lexical = lexical
@@ -175,7 +169,6 @@ class QueryEngine:
         # Each leg sends the chunks of as many top hits as the fused pool takes (a replica
         # that holds chunks: the cluster's), so the pool is seldom fetched from the shards.
         carry = pool_size + len(paged) if paging else pool_size
-        lexical_carry = carry if self.lexical_carries else 0
         legs: dict[str, list[str]] = {}
         dense_hits: list[ScoredId] = []
         carried: dict[str, Chunk] = {}  # the chunks that came with the legs' hits
@@ -192,7 +185,7 @@ class QueryEngine:
                 candidates,
                 tenant_id,
                 expr,
-                lexical_carry,
+                carry,
             )
         if checked_mode in ("hybrid", "dense"):
             try:
@@ -208,7 +201,7 @@ class QueryEngine:
                 lexical = lexical_job.result()
                 wall_ms = _ms_since(overlapped_since)
             else:
-                lexical = self._lexical_leg(query, candidates, tenant_id, expr, lexical_carry)
+                lexical = self._lexical_leg(query, candidates, tenant_id, expr, carry)
             timings["lexical"] = lexical.ms
             if wall_ms is not None:
                 timings[LEGS_WALL] = wall_ms

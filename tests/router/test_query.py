@@ -189,26 +189,6 @@ class Fetches:
         return self.engine.dense.get_chunks(tenant_id, chunk_ids)
 
 
-def fetching_engine(
-    engine: EmbeddedIndex,
-    dense: Carrying,
-    lexical: Carrying,
-    fetches: Fetches,
-    pool: ThreadPoolExecutor,
-    lexical_carries: bool = True,
-) -> QueryEngine:
-    return QueryEngine(
-        engine.embedder,
-        dense,
-        lexical,
-        fetches,
-        fusion=engine.spec.fusion,
-        lexical_spec=engine.spec.lexical,
-        leg_executor=pool,
-        lexical_carries=lexical_carries,
-    )
-
-
 @pytest.mark.parametrize(("dense_carries", "lexical_carries"), [(5, 5), (0, 5), (0, 0), (1, 1)])
 def test_hits_whose_chunks_came_with_a_leg_are_not_fetched(
     engine: EmbeddedIndex, pool: ThreadPoolExecutor, dense_carries: int, lexical_carries: int
@@ -216,7 +196,15 @@ def test_hits_whose_chunks_came_with_a_leg_are_not_fetched(
     dense = Carrying(engine.dense, dense_carries)
     lexical = Carrying(engine.lexical, lexical_carries)
     fetches = Fetches(engine)
-    searched = fetching_engine(engine, dense, lexical, fetches, pool).search(TENANT, QUERY, k=5)
+    searched = QueryEngine(
+        engine.embedder,
+        dense,
+        lexical,
+        fetches,
+        fusion=engine.spec.fusion,
+        lexical_spec=engine.spec.lexical,
+        leg_executor=pool,
+    ).search(TENANT, QUERY, k=5)
     expected = engine.query.search(TENANT, QUERY, k=5)
     assert [(h.chunk, h.score) for h in searched.hits] == [
         (h.chunk, h.score) for h in expected.hits
@@ -225,23 +213,6 @@ def test_hits_whose_chunks_came_with_a_leg_are_not_fetched(
     assert len(dense.carried) == dense_carries and len(lexical.carried) == min(lexical_carries, 2)
     carried = dense.carried | lexical.carried
     assert fetches.asked == [cid for cid in ids(searched.hits) if cid not in carried]
-
-
-@pytest.mark.parametrize("mode", ["hybrid", "lexical"])
-def test_a_lexical_leg_told_not_to_carry_reads_no_chunks_and_the_rest_are_fetched(
-    engine: EmbeddedIndex, pool: ThreadPoolExecutor, mode: str
-) -> None:
-    dense = Carrying(engine.dense, 5)
-    lexical = Carrying(engine.lexical, 5)  # would carry, if asked
-    fetches = Fetches(engine)
-    searched = fetching_engine(engine, dense, lexical, fetches, pool, lexical_carries=False)
-    searched = searched.search(TENANT, QUERY, k=5, mode=mode)
-    expected = engine.query.search(TENANT, QUERY, k=5, mode=mode)
-    assert searched.hits and [(h.chunk, h.score) for h in searched.hits] == [
-        (h.chunk, h.score) for h in expected.hits
-    ]
-    assert not lexical.carried
-    assert fetches.asked == [cid for cid in ids(searched.hits) if cid not in dense.carried]
 
 
 def test_without_an_executor_the_legs_run_in_turn_and_sum(engine: EmbeddedIndex) -> None:

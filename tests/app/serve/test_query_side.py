@@ -153,3 +153,40 @@ def test_the_dense_shards_are_searched_at_once(
             side.dense.search(vector, 10, TENANT, minilm.identity)
     finally:
         side.close()
+
+
+@pytest.mark.parametrize("mode", ["lexical", "hybrid"])
+def test_the_bm25_legs_hits_carry_the_shard_replicas_chunks_not_stored_documents(
+    data_dir: Path, minilm: Embedder, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    """Fault: reading a chunk from tantivy's stored documents fails the search. The hits come
+    with the chunks the shard replicas hold, and none is fetched."""
+    spec = RagIndexSpec.model_validate({"dense": {"shards": 2}})
+    side = LocalQuerySide(
+        spec, data_dir, APP_NAME, DEFAULT_NAMESPACE, replica_dir(data_dir, spec, "Router", 0)
+    )
+    side.embedder = SerializedEmbedder(minilm)
+    assert side.try_open()
+    try:
+        assert side.dense is not None and side.engine is not None
+        search_lexical = side.engine.lexical.search
+
+        def carried_lexical(*args: Any, **kwargs: Any) -> Any:
+            hits = search_lexical(*args, **kwargs)
+            carried.extend(h.chunk for h in hits[: kwargs["with_chunks"]])
+            return hits
+
+        def stored_chunk(*_: Any) -> None:
+            raise AssertionError("the BM25 leg read a chunk from tantivy's stored documents")
+
+        carried: list[Any] = []
+        monkeypatch.setattr(side.engine.lexical, "search", carried_lexical)
+        monkeypatch.setattr("ragindex.lexical.tantivy_index.stored_chunk", stored_chunk)
+        result = side.search(TENANT, "glacier valley", 4, mode, False)
+        assert len(result.hits) == 4 and len(carried) == 4
+        held = side.dense.get_chunks(TENANT, [c.chunk_id for c in carried])
+        assert all(c is held[c.chunk_id] for c in carried)  # the replicas' own objects
+        if mode == "lexical":
+            assert [h.chunk for h in result.hits] == carried
+    finally:
+        side.close()
