@@ -114,79 +114,74 @@ def test_readiness_answers_while_the_views_replay_the_log(
         side.close()
 
 
+@pytest.fixture
+def side(data_dir: Path, minilm: Embedder) -> Iterator[LocalQuerySide]:
+    """The local query side over `data_dir`'s log, its views open."""
+    spec = RagIndexSpec.model_validate({"dense": {"shards": 2}})
+    opened = LocalQuerySide(
+        spec, data_dir, APP_NAME, DEFAULT_NAMESPACE, replica_dir(data_dir, spec, "Router", 0)
+    )
+    opened.embedder = SerializedEmbedder(minilm)
+    assert opened.try_open()
+    yield opened
+    opened.close()
+
+
 def test_the_dense_shards_are_searched_at_once(
-    data_dir: Path, minilm: Embedder, monkeypatch: pytest.MonkeyPatch
+    side: LocalQuerySide, minilm: Embedder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Fault: each shard's search waits for the other's to have started; it returns promptly
     only when the two are searched at the same time. The hits are the sequential ones."""
-    spec = RagIndexSpec.model_validate({"dense": {"shards": 2}})
-    side = LocalQuerySide(
-        spec, data_dir, APP_NAME, DEFAULT_NAMESPACE, replica_dir(data_dir, spec, "Router", 0)
-    )
-    side.embedder = SerializedEmbedder(minilm)
-    assert side.try_open()
-    try:
-        assert side.dense is not None
-        vector = minilm.embed_queries(["glacier valley"])
-        sequential = ReplicaDenseIndex(side.dense.replicas, side.dense.identity)
-        expected = sequential.search(vector, 10, TENANT, minilm.identity)
-        started = {0: threading.Event(), 1: threading.Event()}
-        met: dict[int, bool] = {}
-        search = LogShardReplica.search
+    assert side.dense is not None
+    vector = minilm.embed_queries(["glacier valley"])
+    sequential = ReplicaDenseIndex(side.dense.replicas, side.dense.identity)
+    expected = sequential.search(vector, 10, TENANT, minilm.identity)
+    started = {0: threading.Event(), 1: threading.Event()}
+    met: dict[int, bool] = {}
+    search = LogShardReplica.search
 
-        def waiting_search(self: LogShardReplica, *args: Any, **kwargs: Any) -> Any:
-            started[self.partition].set()
-            met[self.partition] = started[1 - self.partition].wait(MEETS_S)
-            if self.partition == 1 and fail_second.is_set():
-                raise RuntimeError("shard 1 failed")
-            return search(self, *args, **kwargs)
+    def waiting_search(self: LogShardReplica, *args: Any, **kwargs: Any) -> Any:
+        started[self.partition].set()
+        met[self.partition] = started[1 - self.partition].wait(MEETS_S)
+        if self.partition == 1 and fail_second.is_set():
+            raise RuntimeError("shard 1 failed")
+        return search(self, *args, **kwargs)
 
-        fail_second = threading.Event()
-        monkeypatch.setattr(LogShardReplica, "search", waiting_search)
-        assert side.dense.search(vector, 10, TENANT, minilm.identity) == expected
-        assert met == {0: True, 1: True}
-        assert len(expected) == DOCS
-        for event in started.values():
-            event.clear()
-        fail_second.set()  # a shard's error is the search's error
-        with pytest.raises(RuntimeError, match="shard 1 failed"):
-            side.dense.search(vector, 10, TENANT, minilm.identity)
-    finally:
-        side.close()
+    fail_second = threading.Event()
+    monkeypatch.setattr(LogShardReplica, "search", waiting_search)
+    assert side.dense.search(vector, 10, TENANT, minilm.identity) == expected
+    assert met == {0: True, 1: True}
+    assert len(expected) == DOCS
+    for event in started.values():
+        event.clear()
+    fail_second.set()  # a shard's error is the search's error
+    with pytest.raises(RuntimeError, match="shard 1 failed"):
+        side.dense.search(vector, 10, TENANT, minilm.identity)
 
 
 @pytest.mark.parametrize("mode", ["lexical", "hybrid"])
 def test_the_bm25_legs_hits_carry_the_shard_replicas_chunks_not_stored_documents(
-    data_dir: Path, minilm: Embedder, monkeypatch: pytest.MonkeyPatch, mode: str
+    side: LocalQuerySide, monkeypatch: pytest.MonkeyPatch, mode: str
 ) -> None:
     """Fault: reading a chunk from tantivy's stored documents fails the search. The hits come
-    with the chunks the shard replicas hold, and none is fetched."""
-    spec = RagIndexSpec.model_validate({"dense": {"shards": 2}})
-    side = LocalQuerySide(
-        spec, data_dir, APP_NAME, DEFAULT_NAMESPACE, replica_dir(data_dir, spec, "Router", 0)
-    )
-    side.embedder = SerializedEmbedder(minilm)
-    assert side.try_open()
-    try:
-        assert side.dense is not None and side.engine is not None
-        search_lexical = side.engine.lexical.search
+    with the chunks the shard replicas hold."""
+    assert side.dense is not None and side.engine is not None
+    search_lexical = side.engine.lexical.search
 
-        def carried_lexical(*args: Any, **kwargs: Any) -> Any:
-            hits = search_lexical(*args, **kwargs)
-            carried.extend(h.chunk for h in hits[: kwargs["with_chunks"]])
-            return hits
+    def carried_lexical(*args: Any, **kwargs: Any) -> Any:
+        hits = search_lexical(*args, **kwargs)
+        carried.extend(h.chunk for h in hits[: kwargs["with_chunks"]])
+        return hits
 
-        def stored_chunk(*_: Any) -> None:
-            raise AssertionError("the BM25 leg read a chunk from tantivy's stored documents")
+    def stored_chunk(*_: Any) -> None:
+        raise AssertionError("the BM25 leg read a chunk from tantivy's stored documents")
 
-        carried: list[Any] = []
-        monkeypatch.setattr(side.engine.lexical, "search", carried_lexical)
-        monkeypatch.setattr("ragindex.lexical.tantivy_index.stored_chunk", stored_chunk)
-        result = side.search(TENANT, "glacier valley", 4, mode, False)
-        assert len(result.hits) == 4 and len(carried) == 4
-        held = side.dense.get_chunks(TENANT, [c.chunk_id for c in carried])
-        assert all(c is held[c.chunk_id] for c in carried)  # the replicas' own objects
-        if mode == "lexical":
-            assert [h.chunk for h in result.hits] == carried
-    finally:
-        side.close()
+    carried: list[Any] = []
+    monkeypatch.setattr(side.engine.lexical, "search", carried_lexical)
+    monkeypatch.setattr("ragindex.lexical.tantivy_index.stored_chunk", stored_chunk)
+    result = side.search(TENANT, "glacier valley", 4, mode, False)
+    assert len(result.hits) == 4 and len(carried) == 4
+    held = side.dense.get_chunks(TENANT, [c.chunk_id for c in carried])
+    assert all(c is held[c.chunk_id] for c in carried)  # the replicas' own objects
+    if mode == "lexical":
+        assert [h.chunk for h in result.hits] == carried
