@@ -121,11 +121,29 @@ def open_bm25_view(
     return LexicalView(log_, topic, spec.dense.shards, index, directory / offsets)
 
 
-class ChunksFromReplicas:
+class ReadOnlyLexical:
+    """The write half of the LexicalIndex protocol for the query side, which never writes: its
+    BM25 view applies the log (the Router's views thread, or the Lexical deployment)."""
+
+    def upsert(self, chunks: Sequence[Chunk], *, versions: Sequence[int] | None = None) -> None:
+        raise InvalidInput(
+            "the query side's BM25 index is a view of the log; send writes to Ingest"
+        )
+
+    def delete(
+        self, tenant_id: str, chunk_ids: Sequence[str], *, versions: Sequence[int] | None = None
+    ) -> None:
+        raise InvalidInput(
+            "the query side's BM25 index is a view of the log; send writes to Ingest"
+        )
+
+
+class ChunksFromReplicas(ReadOnlyLexical):
     """A BM25 index whose top hits carry their chunks from the shard replicas of this process
     (which hold every chunk in memory) instead of its own stored documents: reading them from
     tantivy's compressed store cost the local Router ~3 ms of CPU a search under load. A chunk
-    the replicas do not hold (yet) is left to the fetch, as a leg that carries none leaves it."""
+    the replicas do not hold (yet) is left to the fetch, as a leg that carries none leaves it.
+    The view that owns `index` writes and closes it."""
 
     def __init__(self, index: LexicalIndex, chunks: ReplicaDenseIndex) -> None:
         self.index, self.chunks = index, chunks
@@ -143,14 +161,6 @@ class ChunksFromReplicas:
         top = self.chunks.get_chunks(tenant_id, [h.chunk_id for h in hits[:with_chunks]])
         return [replace(h, chunk=top[h.chunk_id]) if h.chunk_id in top else h for h in hits]
 
-    def upsert(self, chunks: Sequence[Chunk], *, versions: Sequence[int] | None = None) -> None:
-        self.index.upsert(chunks, versions=versions)
-
-    def delete(
-        self, tenant_id: str, chunk_ids: Sequence[str], *, versions: Sequence[int] | None = None
-    ) -> None:
-        self.index.delete(tenant_id, chunk_ids, versions=versions)
-
     def count(self, tenant_id: str) -> int:
         return self.index.count(tenant_id)
 
@@ -158,7 +168,7 @@ class ChunksFromReplicas:
         return self.index.location()
 
     def close(self) -> None:
-        self.index.close()
+        return None
 
 
 class LocalQuerySide:
@@ -478,17 +488,9 @@ class RemoteDenseIndex(ReadOnlyDense):
         )
 
 
-class RemoteLexical:
+class RemoteLexical(ReadOnlyLexical):
     def __init__(self, handle: DeploymentHandle) -> None:
         self.handle = handle
-
-    def upsert(self, chunks: Sequence[Any], *, versions: Sequence[int] | None = None) -> None:
-        raise InvalidInput("the Lexical deployment is a view of the log; send writes to Ingest")
-
-    def delete(
-        self, tenant_id: str, chunk_ids: Sequence[str], *, versions: Sequence[int] | None = None
-    ) -> None:
-        raise InvalidInput("the Lexical deployment is a view of the log; send writes to Ingest")
 
     def search(
         self,
